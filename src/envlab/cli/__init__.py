@@ -1,0 +1,1 @@
+"""The ``envlab`` command line (typer)."""

@@ -1,0 +1,49 @@
+"""The contract every other layer builds on. Imports nothing else from envlab."""
+
+from envlab.core.agent import Agent, EpisodeContext
+from envlab.core.environment import Environment
+from envlab.core.errors import (
+    ConfigError,
+    EnvlabError,
+    InfraError,
+    NotFoundError,
+    StoreError,
+    ToolCallError,
+)
+from envlab.core.rubric import Component, Reward, Rubric
+from envlab.core.toolenv import ToolEnv
+from envlab.core.tools import ToolSpec, tool, tool_spec
+from envlab.core.trajectory import AgentSpec, Status, StepRecord, Timings, TokenView, Trajectory
+from envlab.core.types import Action, Observation, StepResult, Task, TaskSet, ToolCall, ToolResult
+
+__all__ = [
+    "Action",
+    "Agent",
+    "AgentSpec",
+    "Component",
+    "ConfigError",
+    "EnvlabError",
+    "Environment",
+    "EpisodeContext",
+    "InfraError",
+    "NotFoundError",
+    "Observation",
+    "Reward",
+    "Rubric",
+    "Status",
+    "StepRecord",
+    "StepResult",
+    "StoreError",
+    "Task",
+    "TaskSet",
+    "Timings",
+    "TokenView",
+    "ToolCall",
+    "ToolCallError",
+    "ToolEnv",
+    "ToolResult",
+    "ToolSpec",
+    "Trajectory",
+    "tool",
+    "tool_spec",
+]

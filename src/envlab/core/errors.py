@@ -1,0 +1,30 @@
+"""One hierarchy of errors. Every message says what was wrong and how to fix it."""
+
+from __future__ import annotations
+
+
+class EnvlabError(Exception):
+    """Base class of every error envlab raises on purpose."""
+
+
+class ConfigError(EnvlabError):
+    """Bad input from the user: a name, a path, an option."""
+
+
+class NotFoundError(ConfigError):
+    """A named thing (environment, agent, run) does not exist."""
+
+
+class StoreError(EnvlabError):
+    """A run directory or trajectory file is unusable."""
+
+
+class InfraError(EnvlabError):
+    """The infrastructure failed (transport, sandbox, engine): never the agent's fault.
+
+    Episodes that end in an ``InfraError`` are retried and excluded from scores.
+    """
+
+
+class ToolCallError(EnvlabError):
+    """A tool call the environment could not execute; its message is shown to the agent."""

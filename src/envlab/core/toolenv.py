@@ -1,0 +1,135 @@
+"""``ToolEnv``: an environment whose tools are methods, checked against their own schemas."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, ClassVar
+
+from envlab.core.environment import Environment
+from envlab.core.errors import ToolCallError
+from envlab.core.rubric import Reward, Rubric
+from envlab.core.tools import ToolSpec, is_tool, tool_spec
+from envlab.core.types import Action, Observation, StepResult, Task, ToolCall, ToolResult
+
+
+class ToolEnv(Environment):
+    """A chat environment with tools.
+
+    Each step either calls tools (methods marked ``@tool``) or, with no tool calls, gives the
+    final answer, which ends the episode. A malformed call (unknown tool, arguments that are not
+    JSON, wrong types, missing arguments) is answered with an error the agent can read; the
+    episode goes on and ``info["tool_errors"]`` counts it. A tool may raise ``ToolCallError``
+    for the same effect; any other exception is the environment's failure (``env_error``).
+
+    Subclasses set ``rubric`` and implement ``tasks``, ``prompt`` and ``grading_context``.
+    """
+
+    rubric: ClassVar[Rubric]
+    _tool_specs: ClassVar[dict[str, ToolSpec]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        specs: dict[str, ToolSpec] = {}
+        for attr in dir(cls):
+            fn = getattr(cls, attr, None)
+            if is_tool(fn):
+                spec = tool_spec(fn)
+                specs[spec.name] = spec
+        cls._tool_specs = specs
+
+    def __init__(self) -> None:
+        self.task: Task | None = None
+        self.seed: int | None = None
+        self.final_answer: str | None = None
+        self.done = False
+        self.n_steps = 0
+        self.tool_log: list[dict[str, Any]] = []
+        self._reward: Reward | None = None
+
+    # --- hooks for subclasses ----------------------------------------------------------------
+    def prompt(self, task: Task) -> str:
+        return task.prompt
+
+    def grading_context(self) -> Any:
+        """What rubric components receive; by default the environment itself."""
+        return self
+
+    async def on_reset(self, task: Task, seed: int | None) -> None:
+        """Prepare per-episode state."""
+        return None
+
+    # --- the contract -------------------------------------------------------------------------
+    @property
+    def tools(self) -> list[ToolSpec]:
+        return list(self._tool_specs.values())
+
+    async def reset(self, task: Task, seed: int | None = None) -> Observation:
+        self.task, self.seed = task, seed
+        self.final_answer, self.done, self.n_steps = None, False, 0
+        self.tool_log, self._reward = [], None
+        await self.on_reset(task, seed)
+        return Observation(text=self.prompt(task))
+
+    async def step(self, action: Action) -> StepResult:
+        if self.task is None:
+            raise RuntimeError("step() called before reset(); call reset(task) first")
+        if self.done:
+            raise RuntimeError("step() called after the episode ended; call reset() first")
+        self.n_steps += 1
+        if not action.tool_calls:
+            self.final_answer = action.text
+            self.done = True
+            reward = await self.grade()
+            return StepResult(Observation(), reward.total if reward else 0.0, done=True)
+        results: list[ToolResult] = []
+        errors = 0
+        for i, call in enumerate(action.tool_calls):
+            result = await self.call_tool(call, default_id=f"call_{self.n_steps}_{i}")
+            errors += result.is_error
+            results.append(result)
+            if self.done:
+                break
+        reward = 0.0
+        if self.done:
+            graded = await self.grade()
+            reward = graded.total if graded else 0.0
+        truncated = not self.done and self.n_steps >= self.max_steps
+        return StepResult(
+            Observation(tool_results=results),
+            reward,
+            done=self.done,
+            truncated=truncated,
+            info={"tool_errors": errors},
+        )
+
+    async def call_tool(self, call: ToolCall, default_id: str = "") -> ToolResult:
+        call_id = call.id or default_id
+        spec = self._tool_specs.get(call.name)
+        try:
+            if spec is None:
+                known = ", ".join(self._tool_specs) or "(none)"
+                raise ToolCallError(f"unknown tool '{call.name}'. Available tools: {known}")
+            kwargs = spec.parse_arguments(call.arguments)
+            value = getattr(self, spec.attr)(**kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+        except ToolCallError as e:
+            self.tool_log.append({"name": call.name, "error": str(e)})
+            return ToolResult(call_id, call.name, f"Error: {e}", is_error=True)
+        content = value if isinstance(value, str) else repr(value)
+        self.tool_log.append({"name": call.name, "arguments": kwargs, "result": content})
+        return ToolResult(call_id, call.name, content)
+
+    async def grade(self) -> Reward:
+        if self._reward is None:
+            self._reward = await self.rubric.score(self.grading_context())
+        return self._reward
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task.id if self.task else None,
+            "n_steps": self.n_steps,
+            "done": self.done,
+            "final_answer": self.final_answer,
+            "tool_calls": len(self.tool_log),
+        }

@@ -1,0 +1,30 @@
+"""Environments, found by name through the ``envlab.envs`` entry-point group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envlab.core import ConfigError, Environment
+from envlab.core.registry import Registry
+
+ENVS = Registry("envlab.envs", "environment")
+
+
+def load_env(name: str, **kwargs: Any) -> Environment:
+    """An environment by registered name or ``module:factory`` path, built with ``kwargs``."""
+    factory = ENVS.resolve(name)
+    try:
+        env = factory(**kwargs)
+    except TypeError as e:
+        raise ConfigError(f"cannot build environment {name!r} with arguments {kwargs}: {e}") from e
+    except ValueError as e:
+        raise ConfigError(f"bad arguments for environment {name!r}: {e}") from e
+    if not isinstance(env, Environment):
+        raise ConfigError(
+            f"{name!r} produced a {type(env).__name__}, not an envlab Environment; "
+            "the factory must return an instance of envlab.core.Environment"
+        )
+    return env
+
+
+__all__ = ["ENVS", "load_env"]
