@@ -42,23 +42,39 @@ def _parse_kv(pairs: list[str], option: str) -> dict[str, Any]:
 
 @app.command("eval")
 def eval_cmd(
-    env: Annotated[str, typer.Argument(help="Environment name (see `envlab envs`) or module:factory.")],
+    env: Annotated[
+        str, typer.Argument(help="Environment name (see `envlab envs`) or module:factory.")
+    ],
     agent: Annotated[str, typer.Option("--agent", "-a", help="Agent name (see `envlab agents`).")],
-    tasks: Annotated[int | None, typer.Option("--tasks", "-n", help="Number of tasks (default all).")] = None,
-    samples: Annotated[int, typer.Option("--samples", "-k", help="Samples per task (a group).")] = 1,
-    concurrency: Annotated[int, typer.Option("--concurrency", "-c", help="Episodes in flight.")] = 8,
+    tasks: Annotated[
+        int | None, typer.Option("--tasks", "-n", help="Number of tasks (default all).")
+    ] = None,
+    samples: Annotated[
+        int, typer.Option("--samples", "-k", help="Samples per task (a group).")
+    ] = 1,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-c", help="Episodes in flight.")
+    ] = 8,
     out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Run directory.")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Finish an interrupted run in --out.")] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Finish an interrupted run in --out.")
+    ] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the task set and episodes.")] = 0,
     split: Annotated[str, typer.Option("--split", help="Task split.")] = "test",
-    env_arg: Annotated[list[str] | None, typer.Option("--env-arg", "-e", help="KEY=VALUE for the environment.")] = None,
-    agent_arg: Annotated[list[str] | None, typer.Option("--agent-arg", help="KEY=VALUE for the agent.")] = None,
+    env_arg: Annotated[
+        list[str] | None, typer.Option("--env-arg", "-e", help="KEY=VALUE for the environment.")
+    ] = None,
+    agent_arg: Annotated[
+        list[str] | None, typer.Option("--agent-arg", help="KEY=VALUE for the agent.")
+    ] = None,
     step_timeout: Annotated[float, typer.Option(help="Seconds per step (agent + env).")] = 60.0,
     episode_timeout: Annotated[float, typer.Option(help="Seconds per episode.")] = 600.0,
     max_retries: Annotated[int, typer.Option(help="Retries of an episode after infra_error.")] = 2,
     pass_threshold: Annotated[float, typer.Option(help="Reward counted as a pass.")] = 1.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
-    no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide the progress bar.")] = False,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="Hide the progress bar.")
+    ] = False,
 ) -> None:
     """Run AGENT on ENV: tasks x samples episodes into a run directory, then summarize."""
     from envlab.agents import load_agent
@@ -120,7 +136,9 @@ def eval_cmd(
     table.add_row("wall time", f"{result.elapsed_s:.1f}s")
     out.print(table)
     if the_agent.spec.privileged:
-        err.print("[yellow]note:[/] a privileged agent read hidden answers: this checks the environment.")
+        err.print(
+            "[yellow]note:[/] a privileged agent read hidden answers: this checks the environment."
+        )
 
 
 def _fmt(x: float | None) -> str:
@@ -178,7 +196,9 @@ def main() -> None:
         err.print(f"[bold red]error:[/] {e}")
         sys.exit(2)
     except KeyboardInterrupt:
-        err.print("[yellow]interrupted:[/] recorded episodes are kept; rerun with --resume to finish.")
+        err.print(
+            "[yellow]interrupted:[/] recorded episodes are kept; rerun with --resume to finish."
+        )
         sys.exit(130)
 
 

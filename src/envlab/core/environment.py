@@ -47,7 +47,7 @@ class Environment(ABC):
         return {}
 
     async def grade(self) -> Reward | None:
-        """The reward of the episode, computed after the agent stopped. ``None``: sum step rewards."""
+        """The episode's reward, computed after the agent stopped. ``None``: sum step rewards."""
         return None
 
     async def close(self) -> None:

@@ -86,6 +86,4 @@ class Rubric:
         if gated_by is not None:
             total = 0.0
         kinds = {c.name: c.kind for c in self.components}
-        return Reward(
-            total=total, components=scores, gated_by=gated_by, details={"kinds": kinds}
-        )
+        return Reward(total=total, components=scores, gated_by=gated_by, details={"kinds": kinds})

@@ -63,7 +63,8 @@ class ToolSpec:
                 arguments = json.loads(text)
             except json.JSONDecodeError as e:
                 raise ToolCallError(
-                    f"arguments for tool '{self.name}' are not valid JSON ({e.msg} at char {e.pos}): "
+                    f"arguments for tool '{self.name}' are not valid JSON "
+                    f"({e.msg} at char {e.pos}): "
                     f"{text[:200]!r}. Send a JSON object, e.g. {self.example()}"
                 ) from None
         if not isinstance(arguments, dict):
@@ -95,7 +96,7 @@ class ToolSpec:
     def example(self) -> str:
         samples = {"integer": 1, "number": 1.5, "string": "text", "boolean": True, "array": []}
         props = self.parameters.get("properties", {})
-        return json.dumps({k: samples.get(v.get("type", ""), None) for k, v in props.items()})
+        return json.dumps({k: samples.get(v.get("type", "")) for k, v in props.items()})
 
 
 def tool_spec(fn: Callable[..., Any], name: str | None = None) -> ToolSpec:

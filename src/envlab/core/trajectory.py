@@ -12,7 +12,8 @@ class Status(StrEnum):
     """How an episode ended.
 
     ``infra_error`` and ``env_error`` are failures of the infrastructure or the environment: they
-    are excluded from scores and counted separately. ``timeout`` and ``agent_error`` are the agent's.
+    are excluded from scores and counted separately; ``timeout`` and ``agent_error`` are
+    the agent's.
     """
 
     OK = "ok"

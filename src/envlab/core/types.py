@@ -36,7 +36,9 @@ class TaskSet(Sequence[Task]):
         seen: set[str] = set()
         for t in tasks:
             if t.id in seen:
-                raise ValueError(f"duplicate task id {t.id!r} in task set {name!r}; ids must be unique")
+                raise ValueError(
+                    f"duplicate task id {t.id!r} in task set {name!r}; ids must be unique"
+                )
             seen.add(t.id)
         self._tasks = list(tasks)
         self.seed = seed
@@ -74,7 +76,7 @@ class TaskSet(Sequence[Task]):
 
 @dataclass(slots=True)
 class ToolCall:
-    """A request to call a tool. ``arguments`` is a string when the model sent text that is not JSON."""
+    """A request to call a tool; ``arguments`` is a string when the model sent non-JSON text."""
 
     name: str
     arguments: dict[str, Any] | str = field(default_factory=dict)
@@ -82,7 +84,11 @@ class ToolCall:
 
     def to_dict(self) -> dict[str, Any]:
         args = self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": args}}
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": args},
+        }
 
 
 @dataclass(slots=True)

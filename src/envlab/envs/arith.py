@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+
 from envlab.core import Component, Rubric, Task, TaskSet, ToolEnv
 from envlab.envs.answers import extract_number, numbers_equal
 
@@ -18,7 +19,10 @@ def _level1(r: random.Random) -> Problem:
     a, b = r.randint(2, 60), r.randint(2, 40)
     kind = r.randrange(4)
     if kind == 0:
-        return f"{name} has {a} {item}s and finds {b} more. How many {item}s does {name} have?", a + b
+        return (
+            f"{name} has {a} {item}s and finds {b} more. How many {item}s does {name} have?",
+            a + b,
+        )
     if kind == 1:
         a, b = max(a, b) + 1, min(a, b)
         return f"{name} had {a} {item}s and gave away {b}. How many {item}s are left?", a - b
@@ -135,4 +139,3 @@ class ArithEnv(ToolEnv):
 
     def system_prompt(self) -> str:
         return "Solve the problem. End with 'The answer is N.' where N is a number."
-

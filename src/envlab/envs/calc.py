@@ -26,7 +26,9 @@ def _num(x: float) -> float:
     return int(x) if float(x).is_integer() else x
 
 
-def _make_problem(r: random.Random, n_ops: int) -> tuple[str, float, list[tuple[str, float, float]]]:
+def _make_problem(
+    r: random.Random, n_ops: int
+) -> tuple[str, float, list[tuple[str, float, float]]]:
     """An expression built left to right: ((x op y) op z) ..., exact division only."""
     value = float(r.randint(2, 30))
     expr = format_number(value)

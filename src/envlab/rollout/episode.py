@@ -16,7 +16,6 @@ from envlab.core import (
     Environment,
     EpisodeContext,
     InfraError,
-    Observation,
     Reward,
     Status,
     StepRecord,
@@ -79,7 +78,9 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}\n" + "".join(tb[-3:])
 
 
-def episode_ids(env_id: str, env_hash: str, task_id: str, run_seed: int, sample: int) -> tuple[str, str, int]:
+def episode_ids(
+    env_id: str, env_hash: str, task_id: str, run_seed: int, sample: int
+) -> tuple[str, str, int]:
     """Deterministic ``(episode_id, group_id, seed)``: the same run gives the same ids on resume."""
     group = hashlib.sha256(f"{env_id}\0{env_hash}\0{task_id}\0{run_seed}".encode()).hexdigest()[:12]
     seed = int(hashlib.sha256(f"{run_seed}\0{task_id}\0{sample}".encode()).hexdigest()[:8], 16)
@@ -186,7 +187,9 @@ async def _attempt(
                     steps.append(
                         StepRecord(
                             index=index,
-                            action=action_msg if not action.info else {**action_msg, "info": action.info},
+                            action=action_msg
+                            if not action.info
+                            else {**action_msg, "info": action.info},
                             observation={
                                 "text": obs.text,
                                 "tool_results": [r.to_message() for r in obs.tool_results],

@@ -125,7 +125,8 @@ async def rollout(
     if run_file.exists() or store.path.exists():
         if not resume:
             raise ConfigError(
-                f"{run_dir} already holds a run. Pass --resume to finish it, or choose another --out."
+                f"{run_dir} already holds a run. "
+                "Pass --resume to finish it, or choose another --out."
             )
         old = load_run_info(run_dir)
         diff = {
@@ -135,7 +136,8 @@ async def rollout(
             fields = ", ".join(sorted(diff))
             raise ConfigError(
                 f"cannot resume {run_dir}: this command differs from the recorded run in {fields}. "
-                "Resume with the same environment, agent, seed, tasks and samples, or use a new --out."
+                "Resume with the same environment, agent, seed, tasks and samples, "
+                "or use a new --out."
             )
         info.created_at, info.resumed_at = old.created_at, [*old.resumed_at, time.time()]
         info.command = old.command
@@ -157,9 +159,12 @@ async def rollout(
     t0 = time.perf_counter()
     work = iter(todo)
 
-    with store, RolloutProgress(
-        total, done=total - len(todo), pass_threshold=pass_threshold, enabled=progress
-    ) as bar:
+    with (
+        store,
+        RolloutProgress(
+            total, done=total - len(todo), pass_threshold=pass_threshold, enabled=progress
+        ) as bar,
+    ):
         bar.seed_from(existing)
 
         async def worker() -> None:

@@ -95,5 +95,7 @@ class TrajectoryStore:
 def _first_error(e: Exception) -> str:
     if isinstance(e, ValidationError):
         err = e.errors()[0]
-        return f"{err['type']} at {'.'.join(str(x) for x in err['loc']) or 'top level'}: {err['msg']}"
+        return (
+            f"{err['type']} at {'.'.join(str(x) for x in err['loc']) or 'top level'}: {err['msg']}"
+        )
     return str(e)[:200]

@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def subprocess_env() -> dict[str, str]:
+    """Environment for a child ``envlab`` process that can import ``tests.support``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["COLUMNS"] = "200"
+    return env

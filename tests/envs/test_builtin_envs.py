@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import pytest
+
+from envlab.core import Action, ConfigError, NotFoundError, ToolCall
+from envlab.envs import load_env
+from envlab.envs.arith import ArithEnv
+from envlab.envs.calc import CalcEnv
+
+
+def test_arith_tasks_are_deterministic_and_cover_levels() -> None:
+    env = ArithEnv()
+    a, b = env.tasks(seed=3, n=30), env.tasks(seed=3, n=30)
+    assert [t.model_dump() for t in a] == [t.model_dump() for t in b]
+    assert [t.prompt for t in env.tasks(seed=4, n=30)] != [t.prompt for t in a]
+    assert {t.metadata["level"] for t in a} == {1, 2, 3}
+    assert all(str(t.answer) not in t.prompt.split("Give")[1] for t in a)
+
+
+async def test_arith_grades_the_final_answer() -> None:
+    env = ArithEnv(level=1)
+    task = env.tasks(n=1)[0]
+    await env.reset(task)
+    res = await env.step(Action(text=f"Let me think... the answer is {task.answer}"))
+    assert res.done and res.reward == 1.0
+    await env.reset(task)
+    res = await env.step(Action(text=f"the answer is {task.answer + 1}"))
+    assert res.done and res.reward == 0.0
+
+
+async def test_calc_rewards_tool_use_separately() -> None:
+    env = CalcEnv(min_ops=1, max_ops=1)
+    task = env.tasks(n=1)[0]
+    (op, a, b) = task.metadata["steps"][0]
+    await env.reset(task)
+    res = await env.step(Action(text=str(task.answer)))  # right answer, no tools
+    assert res.reward == pytest.approx(0.8)
+    reward = await env.grade()
+    assert reward.components == {"correct": 1.0, "computed_with_tools": 0.0}
+    await env.reset(task)
+    await env.step(Action(tool_calls=[ToolCall(op, {"a": a, "b": b}, id="c1")]))
+    res = await env.step(Action(text=str(task.answer)))
+    assert res.reward == pytest.approx(1.0)
+
+
+def test_calc_tools_have_schemas_from_signatures() -> None:
+    specs = {s.name: s for s in CalcEnv().tools}
+    assert set(specs) == {"add", "sub", "mul", "div"}
+    div = specs["div"].to_openai()["function"]
+    assert div["description"] == "Divide a by b."
+    assert div["parameters"]["required"] == ["a", "b"]
+    assert div["parameters"]["properties"]["b"] == {
+        "type": "number",
+        "description": "The divisor (not zero).",
+    }
+
+
+def test_registry_finds_entry_points_and_paths() -> None:
+    assert isinstance(load_env("arith"), ArithEnv)
+    assert isinstance(load_env("envlab.envs.calc:CalcEnv", max_ops=2), CalcEnv)
+    with pytest.raises(NotFoundError, match="Known environments: arith, calc"):
+        load_env("nope")
+    with pytest.raises(ConfigError, match="arith level must be one of"):
+        load_env("arith", level=7)
+    with pytest.raises(NotFoundError, match="no attribute"):
+        load_env("envlab.envs.calc:Nope")

@@ -1,0 +1,110 @@
+"""Timeouts, error attribution and infra retries of one episode."""
+
+from __future__ import annotations
+
+from envlab.core import Action, InfraError, Status, ToolCall
+from envlab.rollout import EpisodeConfig, run_episode
+from tests.support.envs import EchoEnv, FlakyTransportAgent, ScriptAgent
+
+
+async def run(env: EchoEnv, agent, **cfg):  # type: ignore[no-untyped-def]
+    task = env.tasks()[0]
+    return await run_episode(
+        env,
+        agent,
+        task,
+        0,
+        env_id="echo",
+        env_hash=env.content_hash(),
+        agent_spec=agent.spec,
+        config=EpisodeConfig(retry_backoff=0.0, **cfg),
+    )
+
+
+async def test_ok_episode_records_messages_and_reward() -> None:
+    agent = ScriptAgent([Action(tool_calls=[ToolCall("repeat", {"text": "o"}, id="t1")])])
+    t = await run(EchoEnv(), agent)
+    assert t.status is Status.OK and t.reward == 1.0 and t.n_steps == 2
+    roles = [m["role"] for m in t.messages]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    assert t.messages[2]["content"] == "o"
+    assert t.components == {"answered_ok": 1.0}
+
+
+async def test_malformed_tool_calls_are_counted_not_fatal() -> None:
+    agent = ScriptAgent(
+        [
+            Action(tool_calls=[ToolCall("nope", {})]),
+            Action(tool_calls=[ToolCall("repeat", "{not json")]),
+        ]
+    )
+    t = await run(EchoEnv(), agent)
+    assert t.status is Status.OK and t.reward == 1.0
+    assert t.tool_errors == 2
+    assert "Error: unknown tool 'nope'" in t.messages[2]["content"]
+
+
+async def test_step_timeout_is_timeout_and_still_graded() -> None:
+    agent = ScriptAgent([Action(tool_calls=[ToolCall("wait", {"seconds": 5})])])
+    t = await run(EchoEnv(), agent, step_timeout=0.1)
+    assert t.status is Status.TIMEOUT
+    assert "step 0 took longer than 0.1s" in (t.error or "")
+    assert t.reward == 0.0  # graded what the agent left: no answer
+    assert t.timings.duration_s < 2
+
+
+async def test_episode_timeout() -> None:
+    agent = ScriptAgent([Action(tool_calls=[ToolCall("wait", {"seconds": 0.08})])] * 5)
+    t = await run(EchoEnv(), agent, step_timeout=1.0, episode_timeout=0.2)
+    assert t.status is Status.TIMEOUT and "episode took longer" in (t.error or "")
+    assert 1 <= t.n_steps <= 3
+
+
+async def test_env_exception_is_env_error_and_not_scored() -> None:
+    agent = ScriptAgent([Action(tool_calls=[ToolCall("explode", {})])])
+    t = await run(EchoEnv(), agent)
+    assert t.status is Status.ENV_ERROR
+    assert t.reward is None and not t.scored
+    assert "ValueError: kaboom" in (t.error or "")
+    assert t.attempts == 1  # env errors are not retried
+
+
+async def test_reset_crash_is_env_error() -> None:
+    t = await run(EchoEnv(mode="reset_crash"), ScriptAgent([]))
+    assert t.status is Status.ENV_ERROR and "broken reset" in (t.error or "")
+
+
+async def test_agent_exception_is_agent_error_and_scored_as_failure() -> None:
+    t = await run(EchoEnv(), ScriptAgent([], raise_on_act=KeyError("bad parse")))
+    assert t.status is Status.AGENT_ERROR
+    assert t.reward == 0.0 and t.scored
+
+
+async def test_infra_error_is_retried_then_succeeds() -> None:
+    agent = FlakyTransportAgent(failures=2, key="retry-ok")
+    t = await run(EchoEnv(), agent, max_retries=2)
+    assert t.status is Status.OK and t.reward == 1.0
+    assert t.attempts == 3
+
+
+async def test_infra_error_after_retries_is_excluded() -> None:
+    agent = FlakyTransportAgent(failures=100, key="retry-fail")
+    t = await run(EchoEnv(), agent, max_retries=2)
+    assert t.status is Status.INFRA_ERROR and t.attempts == 3
+    assert t.reward is None and not t.scored
+    assert "connection reset (call 3)" in (t.error or "")
+
+
+async def test_infra_error_raised_inside_env_is_infra() -> None:
+    class Broken(EchoEnv):
+        async def on_reset(self, task, seed):  # type: ignore[no-untyped-def]
+            raise InfraError("sandbox could not start")
+
+    t = await run(Broken(), ScriptAgent([]), max_retries=1)
+    assert t.status is Status.INFRA_ERROR and t.attempts == 2
+
+
+async def test_truncated_at_max_steps() -> None:
+    agent = ScriptAgent([Action(tool_calls=[ToolCall("repeat", {"text": "a"})])] * 10)
+    t = await run(EchoEnv(), agent, max_steps=3)
+    assert t.status is Status.TRUNCATED and t.n_steps == 3 and t.reward == 0.0

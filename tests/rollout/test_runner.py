@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from envlab.agents.scripted import NoopAgent, OracleAgent
+from envlab.core import ConfigError
+from envlab.envs.arith import ArithEnv
+from envlab.rollout import RunInfo, TrajectoryStore, rollout
+
+
+async def test_groups_and_deterministic_seeds(tmp_path: Path) -> None:
+    env = ArithEnv()
+    tasks = env.tasks(n=5)
+    r1 = await rollout(env, OracleAgent(), tasks, out_dir=tmp_path / "a", samples=3, progress=False)
+    r2 = await rollout(env, OracleAgent(), tasks, out_dir=tmp_path / "b", samples=3, progress=False)
+    assert len(r1.trajectories) == 15
+    groups: dict[str, set[int]] = {}
+    for t in r1.trajectories:
+        groups.setdefault(t.group_id, set()).add(t.sample_index)
+    assert len(groups) == 5 and all(v == {0, 1, 2} for v in groups.values())
+    key = lambda t: t.episode_id  # noqa: E731
+    assert [(t.episode_id, t.seed) for t in sorted(r1.trajectories, key=key)] == [
+        (t.episode_id, t.seed) for t in sorted(r2.trajectories, key=key)
+    ]
+    info = RunInfo.model_validate_json((tmp_path / "a" / "run.json").read_text())
+    assert info.agent.privileged and info.samples == 3 and len(info.task_ids) == 5
+
+
+async def test_existing_run_needs_resume_and_same_config(tmp_path: Path) -> None:
+    env = ArithEnv()
+    tasks = env.tasks(n=3)
+    await rollout(env, NoopAgent(), tasks, out_dir=tmp_path, progress=False)
+    with pytest.raises(ConfigError, match=r"already holds a run\. Pass --resume"):
+        await rollout(env, NoopAgent(), tasks, out_dir=tmp_path, progress=False)
+    with pytest.raises(ConfigError, match="differs from the recorded run in agent"):
+        await rollout(env, OracleAgent(), tasks, out_dir=tmp_path, resume=True, progress=False)
+    r = await rollout(env, NoopAgent(), tasks, out_dir=tmp_path, resume=True, progress=False)
+    assert r.new_episodes == 0 and r.skipped_episodes == 3
+
+
+async def test_resume_after_partial_run(tmp_path: Path) -> None:
+    env = ArithEnv()
+    tasks = env.tasks(n=10)
+    await rollout(env, OracleAgent(), tasks, out_dir=tmp_path, samples=2, progress=False)
+    store = TrajectoryStore(tmp_path / "trajectories.jsonl")
+    lines = store.path.read_text().splitlines(keepends=True)
+    store.path.write_text("".join(lines[:7]) + lines[7][:25])  # 7 whole lines and a torn one
+    r = await rollout(
+        env, OracleAgent(), tasks, out_dir=tmp_path, samples=2, resume=True, progress=False
+    )
+    assert r.new_episodes == 13 and r.skipped_episodes == 7
+    assert any("torn" in n for n in r.notes)
+    ids = [t.episode_id for t in store.load()]
+    assert len(ids) == 20 and len(set(ids)) == 20

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from envlab.core import AgentSpec, Status, StoreError, Trajectory
+from envlab.rollout import TrajectoryStore
+
+
+def traj(i: int) -> Trajectory:
+    return Trajectory(
+        episode_id=f"e{i}",
+        task_id=f"t{i}",
+        group_id="g",
+        sample_index=0,
+        reward=1.0,
+        status=Status.OK,
+        env_id="e",
+        env_hash="h",
+        seed=i,
+        agent=AgentSpec(name="a"),
+    )
+
+
+def write(path: Path, n: int) -> None:
+    with TrajectoryStore(path) as s:
+        for i in range(n):
+            s.append(traj(i))
+
+
+def test_roundtrip(tmp_path: Path) -> None:
+    p = tmp_path / "t.jsonl"
+    write(p, 3)
+    assert [t.episode_id for t in TrajectoryStore(p).load()] == ["e0", "e1", "e2"]
+    assert len(p.read_text().splitlines()) == 3
+
+
+def test_torn_last_line_dropped_with_warning(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    p = tmp_path / "t.jsonl"
+    write(p, 3)
+    line = traj(3).model_dump_json()
+    with p.open("a") as f:
+        f.write(line[: len(line) // 2])  # a write cut short by a crash
+    store = TrajectoryStore(p)
+    with caplog.at_level(logging.WARNING):
+        got = store.load(repair=True)
+    assert [t.episode_id for t in got] == ["e0", "e1", "e2"]
+    assert "torn last line" in caplog.text
+    # repaired: appending now yields a valid file
+    with store:
+        store.append(traj(3))
+    assert len(TrajectoryStore(p).load()) == 4
+
+
+def test_corrupt_middle_line_is_an_error_naming_it(tmp_path: Path) -> None:
+    p = tmp_path / "t.jsonl"
+    write(p, 3)
+    lines = p.read_text().splitlines()
+    lines[1] = lines[1][:40]
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(StoreError, match=r"t\.jsonl:2: corrupt trajectory line"):
+        TrajectoryStore(p).load()
