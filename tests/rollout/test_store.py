@@ -40,7 +40,7 @@ def test_roundtrip(tmp_path: Path) -> None:
 def test_torn_last_line_dropped_with_warning(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
     p = tmp_path / "t.jsonl"
     write(p, 3)
-    line = traj(3).model_dump_json()
+    line = traj(3).to_json().decode()
     with p.open("a") as f:
         f.write(line[: len(line) // 2])  # a write cut short by a crash
     store = TrajectoryStore(p)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 
 class Status(StrEnum):
@@ -45,29 +46,35 @@ class AgentSpec(BaseModel):
     """True for agents that read hidden task data (the oracle): never a measurement of skill."""
 
 
-class TokenView(BaseModel):
+@dataclass(slots=True, kw_only=True)
+class TokenView:
     """Token-level view of an episode for trainers, when the model server returns it."""
 
-    prompt_ids: list[int] = Field(default_factory=list)
-    completion_ids: list[int] = Field(default_factory=list)
-    loss_mask: list[int] = Field(default_factory=list)
-    logprobs: list[float] = Field(default_factory=list)
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
 
 
-class StepRecord(BaseModel):
-    """One step: what the agent did, what it saw, how long it took."""
+@dataclass(slots=True, kw_only=True)
+class StepRecord:
+    """One step. Its messages are ``messages[message_index]`` (the agent's action) and those that
+    follow it up to the next assistant message (tool results, environment text)."""
 
     index: int
-    action: dict[str, Any]
-    observation: dict[str, Any]
+    message_index: int
     reward: float = 0.0
     tool_errors: int = 0
-    info: dict[str, Any] = Field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    """What the environment reported for the step."""
+    action_info: dict[str, Any] = field(default_factory=dict)
+    """What the agent reported for the step (token ids, logprobs, usage, raw text)."""
     agent_s: float = 0.0
     env_s: float = 0.0
 
 
-class Timings(BaseModel):
+@dataclass(slots=True, kw_only=True)
+class Timings:
     started_at: float = 0.0
     ended_at: float = 0.0
     duration_s: float = 0.0
@@ -76,8 +83,13 @@ class Timings(BaseModel):
     grade_s: float = 0.0
 
 
-class Trajectory(BaseModel):
-    """One episode, as written to ``trajectories.jsonl`` (one JSON object per line)."""
+@dataclass(slots=True, kw_only=True)
+class Trajectory:
+    """One episode, as written to ``trajectories.jsonl`` (one JSON object per line).
+
+    A plain dataclass, cheap to build on the engine's hot path; ``to_json``/``from_json`` go
+    through a pydantic ``TypeAdapter``, which validates every field when reading a file.
+    """
 
     episode_id: str
     task_id: str
@@ -89,18 +101,35 @@ class Trajectory(BaseModel):
     env_hash: str
     seed: int
     agent: AgentSpec
-    components: dict[str, float] = Field(default_factory=dict)
+    components: dict[str, float] = field(default_factory=dict)
     gated_by: str | None = None
-    messages: list[dict[str, Any]] = Field(default_factory=list)
-    steps: list[StepRecord] = Field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
     tokens: TokenView | None = None
     n_steps: int = 0
     tool_errors: int = 0
     attempts: int = 1
     error: str | None = None
-    timings: Timings = Field(default_factory=Timings)
-    info: dict[str, Any] = Field(default_factory=dict)
+    timings: Timings = field(default_factory=Timings)
+    info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def scored(self) -> bool:
         return self.status.scored and self.reward is not None
+
+    def to_json(self) -> bytes:
+        return _ADAPTER.dump_json(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _ADAPTER.dump_python(self, mode="json")  # type: ignore[no-any-return]
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> Trajectory:
+        return _ADAPTER.validate_json(data)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        return _ADAPTER.validate_python(data)
+
+
+_ADAPTER: TypeAdapter[Trajectory] = TypeAdapter(Trajectory)

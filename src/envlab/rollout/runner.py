@@ -151,9 +151,9 @@ async def rollout(
     todo = []
     for task in tasks:
         for s in range(samples):
-            eid, _, _ = episode_ids(env_id, env_hash, task.id, seed, s)
-            if eid not in done_ids:
-                todo.append((task, s))
+            ids = episode_ids(env_id, env_hash, task.id, seed, s)
+            if ids[0] not in done_ids:
+                todo.append((task, s, ids))
     total = len(tasks) * samples
     results: list[Trajectory] = list(existing)
     t0 = time.perf_counter()
@@ -168,7 +168,7 @@ async def rollout(
         bar.seed_from(existing)
 
         async def worker() -> None:
-            for task, s in work:
+            for task, s, ids in work:
                 traj = await run_episode(
                     env,
                     agent,
@@ -179,6 +179,7 @@ async def rollout(
                     agent_spec=spec,
                     run_seed=seed,
                     config=cfg,
+                    ids=ids,
                 )
                 store.append(traj)
                 results.append(traj)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import IO
+from typing import BinaryIO
 
 from pydantic import ValidationError
 
@@ -20,7 +20,7 @@ class TrajectoryStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._fh: IO[str] | None = None
+        self._fh: BinaryIO | None = None
         self.dropped_torn_line: str | None = None
 
     def load(self, *, repair: bool = False) -> list[Trajectory]:
@@ -39,7 +39,7 @@ class TrajectoryStore:
             if not raw.strip():
                 continue
             try:
-                out.append(Trajectory.model_validate_json(raw))
+                out.append(Trajectory.from_json(raw))
             except (ValidationError, ValueError) as e:
                 if is_last:
                     self.dropped_torn_line = raw[:120].decode("utf-8", "replace")
@@ -63,14 +63,14 @@ class TrajectoryStore:
 
     def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("a", encoding="utf-8")
+        self._fh = self.path.open("ab")
 
     def append(self, traj: Trajectory) -> None:
         """Write one line and flush it to the OS: a crash loses only episodes in flight."""
         if self._fh is None:
             self.open()
         assert self._fh is not None
-        self._fh.write(traj.model_dump_json() + "\n")
+        self._fh.write(traj.to_json() + b"\n")
         self._fh.flush()
 
     def sync(self) -> None:
