@@ -4,9 +4,13 @@ Both run the same environment (``arith``) with the same scripted agent (``oracle
 at the same concurrency, and both write one JSON line per episode to a file, flushed per line.
 The hand loop records what a careful person would log by hand (ids, messages, reward); envlab
 records full trajectories (messages, steps, timings, agent spec), with timeouts, error attribution
-and retries. Prints episodes/s and steps/s of each and the ratio of their wall times.
+and retries. Prints episodes/s and steps/s of each, the ratio of their wall times, and envlab's
+added cost per episode in microseconds. ``--latency-ms`` adds a sleep to every step of the
+environment (as a sandbox command or an HTTP tool would), to compare the fixed cost with real
+step times.
 
     python bench/overhead.py --episodes 10000 --concurrency 32
+    python bench/overhead.py --episodes 4000 --concurrency 64 --latency-ms 10
 """
 
 from __future__ import annotations
@@ -19,9 +23,21 @@ import time
 from pathlib import Path
 
 from envlab.agents.scripted import OracleAgent
-from envlab.core import EpisodeContext
+from envlab.core import Action, EpisodeContext, StepResult
 from envlab.envs.arith import ArithEnv
 from envlab.rollout import rollout
+
+
+class LatentArith(ArithEnv):
+    """``arith`` whose every step also waits ``latency_ms`` (I/O such as a sandbox call)."""
+
+    def __init__(self, latency_ms: float = 0.0) -> None:
+        super().__init__()
+        self.latency = latency_ms / 1000
+
+    async def step(self, action: Action) -> StepResult:
+        await asyncio.sleep(self.latency)
+        return await super().step(action)
 
 
 async def hand_loop(env_proto: ArithEnv, tasks, samples: int, concurrency: int, out: Path) -> int:  # type: ignore[no-untyped-def]
@@ -69,8 +85,9 @@ async def main() -> None:
     p.add_argument("--samples", type=int, default=4)
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--latency-ms", type=float, default=0.0)
     args = p.parse_args()
-    env = ArithEnv()
+    env = LatentArith(args.latency_ms) if args.latency_ms else ArithEnv()
     tasks = env.tasks(n=args.episodes // args.samples)
     n = len(tasks) * args.samples
     best_hand = best_envlab = float("inf")
@@ -95,9 +112,12 @@ async def main() -> None:
                 command=["bench/overhead.py"],
             )
             best_envlab = min(best_envlab, time.perf_counter() - t0)
-            steps_envlab = sum(t.n_steps for t in res.trajectories)
-            assert all(t.reward == 1.0 for t in res.trajectories)
-    print(f"arith, oracle agent, {n} episodes, concurrency {args.concurrency}, best of {args.repeats}")
+            steps_envlab = sum(r.n_steps for r in res.records)
+            assert all(r.reward == 1.0 for r in res.records)
+    print(
+        f"arith (+{args.latency_ms} ms per step), oracle agent, {n} episodes, "
+        f"concurrency {args.concurrency}, best of {args.repeats}"
+    )
     print(f"{'runner':<10}{'wall s':>9}{'episodes/s':>13}{'steps/s':>11}")
     for name, wall, steps in (
         ("hand loop", best_hand, steps_hand),
@@ -105,6 +125,7 @@ async def main() -> None:
     ):
         print(f"{name:<10}{wall:>9.3f}{n / wall:>13.0f}{steps / wall:>11.0f}")
     print(f"ratio envlab/hand-loop (wall time): {best_envlab / best_hand:.2f}")
+    print(f"envlab's added cost per episode: {(best_envlab - best_hand) / n * 1e6:.1f} us")
 
 
 if __name__ == "__main__":

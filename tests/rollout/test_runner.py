@@ -13,16 +13,18 @@ from envlab.rollout import RunInfo, TrajectoryStore, rollout
 async def test_groups_and_deterministic_seeds(tmp_path: Path) -> None:
     env = ArithEnv()
     tasks = env.tasks(n=5)
-    r1 = await rollout(env, OracleAgent(), tasks, out_dir=tmp_path / "a", samples=3, progress=False)
-    r2 = await rollout(env, OracleAgent(), tasks, out_dir=tmp_path / "b", samples=3, progress=False)
-    assert len(r1.trajectories) == 15
+    await rollout(env, OracleAgent(), tasks, out_dir=tmp_path / "a", samples=3, progress=False)
+    await rollout(env, OracleAgent(), tasks, out_dir=tmp_path / "b", samples=3, progress=False)
+    t1 = TrajectoryStore(tmp_path / "a" / "trajectories.jsonl").load()
+    t2 = TrajectoryStore(tmp_path / "b" / "trajectories.jsonl").load()
+    assert len(t1) == 15
     groups: dict[str, set[int]] = {}
-    for t in r1.trajectories:
+    for t in t1:
         groups.setdefault(t.group_id, set()).add(t.sample_index)
     assert len(groups) == 5 and all(v == {0, 1, 2} for v in groups.values())
     key = lambda t: t.episode_id  # noqa: E731
-    assert [(t.episode_id, t.seed) for t in sorted(r1.trajectories, key=key)] == [
-        (t.episode_id, t.seed) for t in sorted(r2.trajectories, key=key)
+    assert [(t.episode_id, t.seed) for t in sorted(t1, key=key)] == [
+        (t.episode_id, t.seed) for t in sorted(t2, key=key)
     ]
     info = RunInfo.model_validate_json((tmp_path / "a" / "run.json").read_text())
     assert info.agent.privileged and info.samples == 3 and len(info.task_ids) == 5

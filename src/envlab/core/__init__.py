@@ -13,7 +13,15 @@ from envlab.core.errors import (
 from envlab.core.rubric import Component, Reward, Rubric
 from envlab.core.toolenv import ToolEnv
 from envlab.core.tools import ToolSpec, tool, tool_spec
-from envlab.core.trajectory import AgentSpec, Status, StepRecord, Timings, TokenView, Trajectory
+from envlab.core.trajectory import (
+    AgentSpec,
+    EpisodeRecord,
+    Status,
+    StepRecord,
+    Timings,
+    TokenView,
+    Trajectory,
+)
 from envlab.core.types import Action, Observation, StepResult, Task, TaskSet, ToolCall, ToolResult
 
 __all__ = [
@@ -25,6 +33,7 @@ __all__ = [
     "Environment",
     "EnvlabError",
     "EpisodeContext",
+    "EpisodeRecord",
     "InfraError",
     "NotFoundError",
     "Observation",

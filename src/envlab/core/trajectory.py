@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -83,6 +83,29 @@ class Timings:
     grade_s: float = 0.0
 
 
+class EpisodeRecord(NamedTuple):
+    """The few numbers of an episode that summaries need.
+
+    A tuple of atoms, which Python's cyclic GC stops tracking: a run keeps one per episode in
+    memory instead of whole trajectories (which stay on disk), so long runs neither grow nor slow.
+    """
+
+    episode_id: str
+    task_id: str
+    sample_index: int
+    status: str
+    reward: float | None
+    n_steps: int
+    tool_errors: int
+
+    @property
+    def scored(self) -> bool:
+        return self.reward is not None and self.status not in _UNSCORED
+
+
+_UNSCORED = frozenset({"env_error", "infra_error"})
+
+
 @dataclass(slots=True, kw_only=True)
 class Trajectory:
     """One episode, as written to ``trajectories.jsonl`` (one JSON object per line).
@@ -122,6 +145,17 @@ class Trajectory:
 
     def to_dict(self) -> dict[str, Any]:
         return _ADAPTER.dump_python(self, mode="json")  # type: ignore[no-any-return]
+
+    def record(self) -> EpisodeRecord:
+        return EpisodeRecord(
+            self.episode_id,
+            self.task_id,
+            self.sample_index,
+            self.status.value,
+            self.reward,
+            self.n_steps,
+            self.tool_errors,
+        )
 
     @classmethod
     def from_json(cls, data: str | bytes) -> Trajectory:

@@ -43,6 +43,6 @@ async def evaluate(
         pass_threshold=pass_threshold,
         command=command,
     )
-    summary = summarize(result.trajectories, pass_threshold=pass_threshold)
+    summary = summarize(result.records, pass_threshold=pass_threshold)
     (result.run_dir / SUMMARY_FILE).write_text(summary.model_dump_json(indent=2))
     return result, summary

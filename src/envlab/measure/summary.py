@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
-from envlab.core import Status, Trajectory
+from envlab.core import EpisodeRecord, Status, Trajectory
 from envlab.measure.estimators import pass_at_k, pass_hat_k
 
 
@@ -40,10 +40,13 @@ def is_pass(reward: float | None, threshold: float) -> bool:
     return reward is not None and reward >= threshold - 1e-9
 
 
-def summarize(trajectories: Iterable[Trajectory], *, pass_threshold: float = 1.0) -> Summary:
-    trajs = list(trajectories)
-    counts = Counter(t.status.value for t in trajs)
-    by_task: dict[str, list[Trajectory]] = defaultdict(list)
+def summarize(
+    episodes: Iterable[Trajectory | EpisodeRecord], *, pass_threshold: float = 1.0
+) -> Summary:
+    """Summarize trajectories, or the light ``EpisodeRecord`` of each (what a rollout keeps)."""
+    trajs = [t.record() if isinstance(t, Trajectory) else t for t in episodes]
+    counts = Counter(t.status for t in trajs)
+    by_task: dict[str, list[EpisodeRecord]] = defaultdict(list)
     for t in trajs:
         by_task[t.task_id].append(t)
     scored = [t for t in trajs if t.scored]

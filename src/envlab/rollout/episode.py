@@ -43,13 +43,23 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}\n" + "".join(tb[-3:])
 
 
+def group_id(env_id: str, env_hash: str, task_id: str, run_seed: int) -> str:
+    """The id shared by every sample of one task in one run (a GRPO group)."""
+    key = f"{env_id}\0{env_hash}\0{task_id}\0{run_seed}".encode()
+    return hashlib.sha256(key).hexdigest()[:16]
+
+
+def episode_ids_in_group(group: str, sample: int) -> tuple[str, str, int]:
+    """``(episode_id, group_id, seed)`` of sample ``sample`` of a group; deterministic."""
+    seed = (int(group[8:16], 16) ^ (sample * 0x9E3779B1)) & 0xFFFFFFFF
+    return f"{group}-{sample}", group, seed
+
+
 def episode_ids(
     env_id: str, env_hash: str, task_id: str, run_seed: int, sample: int
 ) -> tuple[str, str, int]:
     """Deterministic ``(episode_id, group_id, seed)``: the same run gives the same ids on resume."""
-    group = hashlib.sha256(f"{env_id}\0{env_hash}\0{task_id}\0{run_seed}".encode()).hexdigest()
-    seed = int(hashlib.sha256(f"{run_seed}\0{task_id}\0{sample}".encode()).hexdigest()[:8], 16)
-    return f"{group[:12]}-{sample}", group[:12], seed
+    return episode_ids_in_group(group_id(env_id, env_hash, task_id, run_seed), sample)
 
 
 async def run_episode(

@@ -15,7 +15,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from envlab.core import Status, Trajectory
+from envlab.core import EpisodeRecord, Status
 
 
 class RolloutProgress:
@@ -42,17 +42,17 @@ class RolloutProgress:
         )
         self._task = self._progress.add_task("episodes", total=total, completed=done, stats="")
 
-    def seed_from(self, trajectories: list[Trajectory]) -> None:
-        for t in trajectories:
-            self._count(t)
+    def seed_from(self, records: list[EpisodeRecord]) -> None:
+        for r in records:
+            self._count(r)
 
-    def _count(self, traj: Trajectory) -> None:
-        self.counts[traj.status.value] += 1
-        if traj.scored:
+    def _count(self, rec: EpisodeRecord) -> None:
+        self.counts[rec.status] += 1
+        if rec.scored:
             self.scored += 1
-            self.passed += traj.reward is not None and traj.reward >= self.pass_threshold - 1e-9
+            self.passed += rec.reward is not None and rec.reward >= self.pass_threshold - 1e-9
 
-    def update(self, traj: Trajectory) -> None:
+    def update(self, traj: EpisodeRecord) -> None:
         self._count(traj)
         if not self.enabled:
             return

@@ -13,8 +13,16 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from envlab import __version__
-from envlab.core import Agent, AgentSpec, ConfigError, Environment, StoreError, TaskSet, Trajectory
-from envlab.rollout.episode import EpisodeConfig, episode_ids, run_episode
+from envlab.core import (
+    Agent,
+    AgentSpec,
+    ConfigError,
+    Environment,
+    EpisodeRecord,
+    StoreError,
+    TaskSet,
+)
+from envlab.rollout.episode import EpisodeConfig, episode_ids_in_group, group_id, run_episode
 from envlab.rollout.progress import RolloutProgress
 from envlab.rollout.store import TrajectoryStore
 
@@ -57,7 +65,9 @@ class RunInfo(BaseModel):
 class RolloutResult:
     run_dir: Path
     info: RunInfo
-    trajectories: list[Trajectory]
+    records: list[EpisodeRecord]
+    """One light record per episode of the run (earlier ones too, when resumed); the full
+    trajectories are in ``trajectories.jsonl`` (``TrajectoryStore(path).load()``)."""
     new_episodes: int
     skipped_episodes: int
     elapsed_s: float
@@ -119,7 +129,7 @@ async def rollout(
         created_at=time.time(),
     )
     store = TrajectoryStore(run_dir / TRAJECTORIES_FILE)
-    existing: list[Trajectory] = []
+    existing: list[EpisodeRecord] = []
     notes: list[str] = []
     run_file = run_dir / RUN_FILE
     if run_file.exists() or store.path.exists():
@@ -141,7 +151,7 @@ async def rollout(
             )
         info.created_at, info.resumed_at = old.created_at, [*old.resumed_at, time.time()]
         info.command = old.command
-        existing = store.load(repair=True)
+        existing = [t.record() for t in store.load(repair=True)]
         if store.dropped_torn_line is not None:
             notes.append("dropped a torn last line of trajectories.jsonl; that episode is rerun")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -150,12 +160,13 @@ async def rollout(
     done_ids = {t.episode_id for t in existing}
     todo = []
     for task in tasks:
+        group = group_id(env_id, env_hash, task.id, seed)
         for s in range(samples):
-            ids = episode_ids(env_id, env_hash, task.id, seed, s)
+            ids = episode_ids_in_group(group, s)
             if ids[0] not in done_ids:
                 todo.append((task, s, ids))
     total = len(tasks) * samples
-    results: list[Trajectory] = list(existing)
+    results: list[EpisodeRecord] = list(existing)
     t0 = time.perf_counter()
     work = iter(todo)
 
@@ -182,14 +193,15 @@ async def rollout(
                     ids=ids,
                 )
                 store.append(traj)
-                results.append(traj)
-                bar.update(traj)
+                rec = traj.record()
+                results.append(rec)
+                bar.update(rec)
 
         await asyncio.gather(*(worker() for _ in range(min(concurrency, max(len(todo), 1)))))
     return RolloutResult(
         run_dir=run_dir,
         info=info,
-        trajectories=results,
+        records=results,
         new_episodes=len(todo),
         skipped_episodes=total - len(todo),
         elapsed_s=time.perf_counter() - t0,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import BinaryIO
 
 from pydantic import ValidationError
 
@@ -20,7 +19,7 @@ class TrajectoryStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._fh: BinaryIO | None = None
+        self._fd: int | None = None
         self.dropped_torn_line: str | None = None
 
     def load(self, *, repair: bool = False) -> list[Trajectory]:
@@ -63,26 +62,29 @@ class TrajectoryStore:
 
     def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("ab")
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def append(self, traj: Trajectory) -> None:
-        """Write one line and flush it to the OS: a crash loses only episodes in flight."""
-        if self._fh is None:
+        """Hand one whole line to the OS in one unbuffered ``write``: a crash of the process loses
+        only the episodes in flight, and a line is torn only if the write itself is cut short."""
+        if self._fd is None:
             self.open()
-        assert self._fh is not None
-        self._fh.write(traj.to_json() + b"\n")
-        self._fh.flush()
+        assert self._fd is not None
+        data = traj.to_json() + b"\n"
+        written = os.write(self._fd, data)
+        while written < len(data):  # short writes are rare (full disk, signals); finish the line
+            written += os.write(self._fd, data[written:])
 
     def sync(self) -> None:
-        if self._fh is not None:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+        """Force what was written to disk (survives a power loss, not only a crash)."""
+        if self._fd is not None:
+            os.fsync(self._fd)
 
     def close(self) -> None:
-        if self._fh is not None:
+        if self._fd is not None:
             self.sync()
-            self._fh.close()
-            self._fh = None
+            os.close(self._fd)
+            self._fd = None
 
     def __enter__(self) -> TrajectoryStore:
         self.open()
