@@ -51,17 +51,21 @@ class Deadlines:
         """If ``task`` was cancelled by its deadline, the reason (and forget it)."""
         return self._fired.pop(task, None)
 
-    async def settle(self, task: asyncio.Task[Any]) -> str | None:
-        """Clear ``task``'s deadline (call from inside it); absorb a cancellation the deadline
-        fired but that was not yet delivered. Returns the reason if the deadline had fired."""
+    def clear(self, task: asyncio.Task[Any]) -> bool:
+        """Remove ``task``'s deadline. True if it had fired: then call ``absorb`` from the task,
+        since the cancellation it caused may not have been delivered yet."""
         self._deadlines.pop(task, None)
-        if task not in self._fired:
-            return None
-        reason = self._fired.pop(task)
-        try:
-            await asyncio.sleep(0)
-        except asyncio.CancelledError:
-            task.uncancel()
+        return task in self._fired
+
+    async def absorb(self, task: asyncio.Task[Any]) -> str | None:
+        """Take a fired deadline's cancellation if still pending, so later awaits run normally.
+        Returns the reason it fired."""
+        reason = self._fired.pop(task, None)
+        if reason is not None:
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                task.uncancel()
         return reason
 
     async def _watch(self) -> None:
@@ -85,12 +89,19 @@ _per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines] = (
 )
 
 
+_last: tuple[asyncio.AbstractEventLoop | None, Deadlines | None] = (None, None)
+
+
 def deadlines() -> Deadlines:
     """The ``Deadlines`` of the running event loop."""
+    global _last
     loop = asyncio.get_running_loop()
+    if _last[0] is loop and _last[1] is not None:
+        return _last[1]
     d = _per_loop.get(loop)
     if d is None:
         d = _per_loop[loop] = Deadlines()
+    _last = (loop, d)
     return d
 
 

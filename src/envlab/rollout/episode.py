@@ -86,28 +86,22 @@ async def run_episode(
     attempt = 0
     while True:
         attempt += 1
-        fields = await _attempt(env_proto, agent_proto, task, seed, cfg)
-        if fields["status"] is not Status.INFRA_ERROR or attempt > cfg.max_retries:
+        traj = await _attempt(env_proto, agent_proto, task, seed, cfg)
+        if traj.status is not Status.INFRA_ERROR or attempt > cfg.max_retries:
             break
         await asyncio.sleep(cfg.retry_backoff * 2 ** (attempt - 1))
-    return Trajectory(
-        episode_id=episode_id,
-        task_id=task.id,
-        group_id=group_id,
-        sample_index=sample_index,
-        env_id=env_id,
-        env_hash=env_hash,
-        seed=seed,
-        agent=agent_spec,
-        attempts=attempt,
-        info={},
-        **fields,
-    )
+    traj.episode_id, traj.group_id, traj.sample_index = episode_id, group_id, sample_index
+    traj.env_id, traj.env_hash, traj.agent, traj.attempts = env_id, env_hash, agent_spec, attempt
+    return traj
+
+
+_NO_AGENT = AgentSpec(name="")
 
 
 async def _attempt(
     env_proto: Environment, agent_proto: Agent, task: Task, seed: int, cfg: EpisodeConfig
-) -> dict[str, Any]:
+) -> Trajectory:
+    """One try at the episode; ``run_episode`` fills in the ids and the agent spec."""
     clock = time.perf_counter
     started, t0 = time.time(), clock()
     dl = deadlines()
@@ -210,7 +204,8 @@ async def _attempt(
         else:  # a bug in the engine is infrastructure, not the agent's failure
             status, error = Status.INFRA_ERROR, "engine: " + _describe(e)
     finally:
-        await dl.settle(me)
+        if dl.clear(me):
+            await dl.absorb(me)
 
     if env is not None and status.scored:
         ts = clock()
@@ -231,7 +226,8 @@ async def _attempt(
             else:
                 status, error = Status.ENV_ERROR, "grader: " + _describe(e)
         finally:
-            await dl.settle(me)
+            if dl.clear(me):
+                await dl.absorb(me)
         grade_s = clock() - ts
     for party, closer in ((env, "env"), (agent, "agent")):
         if party is None:
@@ -247,26 +243,35 @@ async def _attempt(
             token_view = agent.token_view()
         except Exception as e:
             error = (error + "\n" if error else "") + f"agent.token_view(): {_describe(e)}"
-    return {
-        "reward": (reward.total if reward is not None else step_rewards) if scored else None,
-        "status": status,
-        "components": reward.components if (reward is not None and scored) else {},
-        "gated_by": reward.gated_by if reward is not None else None,
-        "messages": messages,
-        "steps": steps,
-        "tokens": token_view,
-        "n_steps": len(steps),
-        "tool_errors": tool_errors,
-        "error": error,
-        "timings": Timings(
+    duration = clock() - t0
+    return Trajectory(
+        episode_id="",
+        task_id=task.id,
+        group_id="",
+        sample_index=0,
+        reward=(reward.total if reward is not None else step_rewards) if scored else None,
+        status=status,
+        env_id="",
+        env_hash="",
+        seed=seed,
+        agent=_NO_AGENT,
+        components=reward.components if (reward is not None and scored) else {},
+        gated_by=reward.gated_by if reward is not None else None,
+        messages=messages,
+        steps=steps,
+        tokens=token_view,
+        n_steps=len(steps),
+        tool_errors=tool_errors,
+        error=error,
+        timings=Timings(
             started_at=started,
-            ended_at=time.time(),
-            duration_s=clock() - t0,
+            ended_at=started + duration,
+            duration_s=duration,
             agent_s=agent_s,
             env_s=env_s,
             grade_s=grade_s,
         ),
-    }
+    )
 
 
 _EPISODE, _STEP, _GRADE = "episode", "step", "grade"
