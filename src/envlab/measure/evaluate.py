@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from envlab.core import Agent, Environment, TaskSet
@@ -26,8 +27,14 @@ async def evaluate(
     progress: bool = True,
     pass_threshold: float = 1.0,
     command: list[str] | None = None,
+    must_pass: Iterable[str] | None = None,
+    confidence: float = 0.95,
 ) -> tuple[RolloutResult, Summary]:
-    """Run (or finish) the rollout, then write ``summary.json`` next to the trajectories."""
+    """Run (or finish) the rollout, then write ``summary.json`` next to the trajectories.
+
+    Gating tasks are those named in ``must_pass`` plus every task whose metadata says
+    ``must_pass: true``; the summary reports them apart from the mean (``gate``).
+    """
     result = await rollout(
         env,
         agent,
@@ -43,6 +50,12 @@ async def evaluate(
         pass_threshold=pass_threshold,
         command=command,
     )
-    summary = summarize(result.records, pass_threshold=pass_threshold)
+    gating = list(must_pass or []) + [t.id for t in tasks if t.metadata.get("must_pass") is True]
+    summary = summarize(
+        result.records,
+        pass_threshold=pass_threshold,
+        confidence=confidence,
+        must_pass=gating or None,
+    )
     (result.run_dir / SUMMARY_FILE).write_text(summary.model_dump_json(indent=2))
     return result, summary
