@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +28,21 @@ def make_run(
     agent_args: dict[str, Any] | None = None,
 ) -> Path:
     environment = load_env(env, **(env_args or {}))
-    asyncio.run(
-        evaluate(
-            environment,
-            load_agent(agent, **(agent_args or {})),
-            environment.tasks(seed=seed, n=tasks),
-            out_dir=out,
-            samples=samples,
-            seed=seed,
-            env_id=env,
-            progress=False,
-            command=["envlab", "eval", env, "--agent", agent],
-            must_pass=must_pass,
-        )
+    coro = evaluate(
+        environment,
+        load_agent(agent, **(agent_args or {})),
+        environment.tasks(seed=seed, n=tasks),
+        out_dir=out,
+        samples=samples,
+        seed=seed,
+        env_id=env,
+        progress=False,
+        command=["envlab", "eval", env, "--agent", agent],
+        must_pass=must_pass,
     )
+    # a thread of its own: playwright's sync API keeps an event loop in the test's thread
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, coro).result()
     return out
 
 

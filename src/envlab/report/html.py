@@ -1,7 +1,7 @@
 """Assemble one self-contained HTML file: inline CSS and JS, data in JSON script elements.
 
 The file opens offline in any browser: no CDN, no fonts, no requests. Charts are inline SVG and
-canvas drawn by the page's own small script (``assets/report.js``).
+canvas drawn by the page's own small script (``assets/*.js``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ from envlab.core import ConfigError
 from envlab.measure.runs import Run, load_run
 from envlab.measure.summary import CIMethod
 from envlab.report.data import build_report_data, to_json
+
+SCRIPTS = ("base.js", "charts.js", "viewer.js")
+"""The page's script, in order; one function scope, so they share constants and helpers."""
 
 
 class ReportInfo(BaseModel):
@@ -69,7 +72,9 @@ def render_report(
             f"<script type='application/x-ndjson' id='envlab-episodes-{i}'>"
             f"{_script_safe(lines)}</script>"
         )
-    parts.append(f"<script>\n{_asset('report.js')}\n</script>\n</body></html>\n")
+    code = "\n".join(_asset(name) for name in SCRIPTS)
+    parts.append(f'<script>\n(function () {{\n"use strict";\n{code}\n}})();\n</script>')
+    parts.append("</body></html>\n")
     return "\n".join(parts)
 
 
