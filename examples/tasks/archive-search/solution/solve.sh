@@ -1,0 +1,2 @@
+#!/bin/bash
+cd /app/data && grep -rlw needle . | sed 's|^\./||' > /app/answer.txt

@@ -1,0 +1,12 @@
+#!/bin/bash
+cat > /app/intervals.py <<'EOF'
+def merge(intervals):
+    """Merge overlapping or touching closed intervals; return them sorted."""
+    out = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+EOF

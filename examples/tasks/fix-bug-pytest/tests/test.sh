@@ -1,0 +1,8 @@
+#!/bin/bash
+python3 -m pytest -q /tests/test_merge.py
+
+if [ $? -eq 0 ]; then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi

@@ -1,0 +1,30 @@
+"""Task folders (the Harbor format) as environments: build, sandbox, tools, verifier."""
+
+from envlab.envs.taskfolder.build import PreparedWorkspace, prepare_workspace
+from envlab.envs.taskfolder.dockerfile import BuildPlan, DockerfileError, parse_dockerfile
+from envlab.envs.taskfolder.env import TerminalEnv, load_task_env
+from envlab.envs.taskfolder.model import (
+    TaskConfig,
+    TaskFolder,
+    find_task_folders,
+    is_task_folder,
+    load_task_folder,
+)
+from envlab.envs.taskfolder.verifier import read_reward, run_verifier
+
+__all__ = [
+    "BuildPlan",
+    "DockerfileError",
+    "PreparedWorkspace",
+    "TaskConfig",
+    "TaskFolder",
+    "TerminalEnv",
+    "find_task_folders",
+    "is_task_folder",
+    "load_task_env",
+    "load_task_folder",
+    "parse_dockerfile",
+    "prepare_workspace",
+    "read_reward",
+    "run_verifier",
+]

@@ -1,0 +1,347 @@
+"""The bubblewrap backend: every ``exec`` is a fresh ``bwrap`` over the sandbox's workspace.
+
+What a command sees: the host's system directories and an allow-list of ``/etc`` read-only,
+the Python toolchain read-only, the workspace read-write at ``/app``, its own ``/tmp`` (kept
+between commands of one sandbox), no network unless asked, its own PID, IPC and UTS namespaces,
+an empty environment plus what the sandbox sets. It runs as a host uid of its own (one per
+sandbox, never root), under rlimits, and dies with envlab. A command's processes end with it:
+when the command exits, the PID namespace goes and takes any background process along.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import ClassVar
+
+from envlab.core.errors import ConfigError
+from envlab.sandbox.base import Command, ExecResult, Mount, Sandbox, SandboxError
+from envlab.sandbox.layout import bwrap_binary, host_layout
+from envlab.sandbox.limits import Cgroup, Limits, rlimit_prefix
+from envlab.sandbox.process import run_process
+from envlab.sandbox.uids import kill_uid, lease_uid
+
+log = logging.getLogger(__name__)
+
+APP = "/app"
+
+
+_made: set[Path] = set()
+
+
+def state_dir() -> Path:
+    """Where sandboxes keep their workspaces and uid locks (``ENVLAB_SANDBOX_DIR``)."""
+    path = Path(os.environ.get("ENVLAB_SANDBOX_DIR", "/tmp/envlab-sandbox"))
+    if path not in _made:
+        path.mkdir(mode=0o711, parents=True, exist_ok=True)
+        (path / "boxes").mkdir(mode=0o711, exist_ok=True)
+        _made.add(path)
+    return path
+
+
+def chown_tree(root: Path, uid: int, gid: int) -> None:
+    """Give ``root`` and everything below it to ``uid``; never follows a symlink."""
+    os.chown(root, uid, gid, follow_symlinks=False)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    """Copy a workspace template: symlinks stay symlinks, special files are skipped."""
+    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, ignore=_special_files)
+
+
+def _special_files(directory: str, names: list[str]) -> list[str]:
+    skip = []
+    for name in names:
+        p = os.path.join(directory, name)
+        if not (os.path.islink(p) or os.path.isfile(p) or os.path.isdir(p)):
+            skip.append(name)
+    return skip
+
+
+class BubblewrapSandbox(Sandbox):
+    """A workspace on the host and a ``bwrap`` command line that isolates each command in it.
+
+    Build one with ``await BubblewrapSandbox.create(template=...)``: ``template`` is copied to
+    a fresh workspace; ``app_dir`` instead adopts an existing directory as the workspace (the
+    verifier does that with the agent's frozen workspace).
+    """
+
+    backend: ClassVar[str] = "bwrap"
+
+    def __init__(
+        self,
+        *,
+        app_dir: Path | None = None,
+        limits: Limits | None = None,
+        network: bool = False,
+        env: Mapping[str, str] | None = None,
+        mounts: Sequence[Mount] = (),
+        workdir: str = APP,
+        name: str = "sbx",
+        keep: bool = False,
+    ) -> None:
+        if not (workdir == APP or workdir.startswith(APP + "/")):
+            raise ConfigError(f"workdir must be {APP} or below it, got {workdir!r}")
+        self.limits = limits or Limits()
+        self.workdir = workdir
+        self.network = network
+        self.keep = keep
+        self.name = f"{name}-{uuid.uuid4().hex[:10]}"
+        self.closed = False
+        self._frozen = False
+        self._dirty = False  # an exec was killed: sweep its uid before letting the uid go
+        self._running: set[int] = set()
+        self._state = state_dir()
+        self._layout = host_layout(self._state)
+        self._root = self._state / "boxes" / self.name
+        self._root.mkdir(mode=0o711)
+        self._lease = lease_uid(self._state)
+        self.uid = self._lease.uid
+        self._rootless = os.geteuid() != 0
+        self._app = Path(app_dir) if app_dir is not None else self._root / "app"
+        self._adopted = app_dir is not None
+        self._app.mkdir(mode=0o755, exist_ok=True)
+        (self._root / "tmp").mkdir(mode=0o1777)
+        self._cgroup = Cgroup.create(self.name, self.limits)
+        self.env = {
+            "PATH": self._layout.path,
+            "HOME": APP,
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "TMPDIR": "/tmp",
+            "TERM": "dumb",
+            "USER": "agent",
+            **(env or {}),
+        }
+        self._mounts = list(mounts)
+        self._prefix = self._static_args()
+
+    @classmethod
+    async def create(cls, template: Path | None = None, **kwargs: object) -> BubblewrapSandbox:
+        """A sandbox whose workspace starts as a copy of ``template`` (a host directory)."""
+        box = cls(**kwargs)  # type: ignore[arg-type]
+        try:
+            await asyncio.to_thread(box.prepare, template)
+        except BaseException:
+            await box.close()
+            raise
+        return box
+
+    def prepare(self, template: Path | None = None) -> None:
+        """Copy ``template`` into the workspace and hand the writable paths to the sandbox uid."""
+        if template is not None:
+            copy_tree(Path(template), self._app)
+        if not self._rootless:
+            chown_tree(self._app, self.uid, self.uid)
+            os.chown(self._root / "tmp", self.uid, self.uid)
+            for m in self._mounts:
+                if m.writable:
+                    chown_tree(m.source, self.uid, self.uid)
+
+    @property
+    def host_workdir(self) -> Path:
+        return self._app
+
+    # --- the command line --------------------------------------------------------------------
+    def _static_args(self) -> list[str]:
+        layout = self._layout
+        a = [
+            bwrap_binary(),
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--hostname",
+            "sandbox",
+            "--clearenv",
+        ]
+        if not self.network:
+            a.append("--unshare-net")
+        if self._rootless:
+            a += ["--unshare-user", "--disable-userns", "--uid", "1000", "--gid", "1000"]
+        for d in layout.dirs:
+            a += ["--perms", "0755", "--dir", d]
+        for e in layout.entries:
+            a += ["--symlink", e.source, e.target] if e.kind == "link" else [
+                "--ro-bind", e.source, e.target,
+            ]  # fmt: skip
+        made = set(layout.dirs)
+        a += ["--bind", str(self._app), APP, "--bind", str(self._root / "tmp"), "/tmp"]
+        a += ["--dev", "/dev", "--proc", "/proc"]
+        for m in self._mounts:
+            a += self._mount_args(m, made)
+        return a
+
+    @staticmethod
+    def _mount_args(m: Mount, made: set[str]) -> list[str]:
+        if not Path(m.source).exists():
+            raise ConfigError(f"cannot mount {m.source} at {m.target}: no such host path")
+        a: list[str] = []
+        parts = Path(m.target).parts[1:-1]
+        for i in range(len(parts)):
+            d = "/" + "/".join(parts[: i + 1])
+            if d not in made and d not in ("/app", "/tmp"):
+                made.add(d)
+                a += ["--perms", "0755", "--dir", d]
+        return [*a, "--bind" if m.writable else "--ro-bind", str(m.source), m.target]
+
+    def _argv(
+        self, cmd: Sequence[str], env: Mapping[str, str], cwd: str, extra: Sequence[Mount]
+    ) -> tuple[list[str], tuple[int, int]]:
+        rfd, wfd = os.pipe()
+        a = [*self._cgroup.prefix()] if self._cgroup else []
+        a += rlimit_prefix(self.limits, nproc=not self._rootless)
+        a += self._prefix
+        made: set[str] = set(self._layout.dirs)
+        for m in extra:
+            a += self._mount_args(m, made)
+        a += ["--remount-ro", "/", "--chdir", cwd, "--json-status-fd", str(wfd)]
+        for k, v in env.items():
+            a += ["--setenv", k, v]
+        a.append("--")
+        if not self._rootless:
+            a += [
+                "setpriv",
+                f"--reuid={self.uid}",
+                f"--regid={self.uid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--",
+            ]
+        return [*a, *cmd], (rfd, wfd)
+
+    # --- running -----------------------------------------------------------------------------
+    async def exec(
+        self,
+        cmd: Command,
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        stdin: bytes | str | None = None,
+        mounts: Sequence[Mount] = (),
+        max_output: int | None = None,
+    ) -> ExecResult:
+        argv = [self._layout.bash, "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        _, res = await self._run(argv, timeout, env, cwd, data, mounts, max_output, text=True)
+        return res
+
+    async def exec_bytes(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        max_output: int | None = None,
+        cwd: str | None = None,
+    ) -> tuple[bytes, ExecResult]:
+        return await self._run(list(argv), timeout, None, cwd, stdin, (), max_output, text=False)
+
+    async def _run(
+        self,
+        argv: list[str],
+        timeout: float | None,
+        env: Mapping[str, str] | None,
+        cwd: str | None,
+        stdin: bytes | None,
+        mounts: Sequence[Mount],
+        max_output: int | None,
+        *,
+        text: bool,
+    ) -> tuple[bytes, ExecResult]:
+        if self.closed or self._frozen:
+            state = "closed" if self.closed else "frozen (its processes were killed for grading)"
+            raise SandboxError(f"sandbox {self.name} is {state}; no more commands can run in it")
+        full_env = {**self.env, **env} if env else self.env
+        where = self.resolve(cwd) if cwd else self.workdir
+        full, pipe = self._argv(argv, full_env, where, mounts)
+        try:
+            raw = await run_process(
+                full,
+                timeout=timeout if timeout is not None else self.limits.timeout_s,
+                output_limit=max_output or self.limits.output_bytes,
+                stdin=stdin,
+                status_pipe=pipe,
+                running=self._running,
+            )
+        except BaseException:
+            self._dirty = True
+            raise
+        self._dirty |= raw.timed_out
+        stderr = raw.stderr.decode(errors="replace")
+        if not raw.timed_out and b'"exit-code"' not in raw.status:
+            # bwrap stopped before the command started: ours, unless the cwd was wrong
+            if "Can't chdir" in stderr:
+                msg = f"cannot change to directory {where}: no such directory in the sandbox\n"
+                return b"", ExecResult("", msg, 1, duration_s=raw.duration_s)
+            raise SandboxError(
+                f"bubblewrap could not start the command (exit {raw.returncode}): "
+                f"{stderr.strip()[-800:]}. Check that bwrap works on this host: "
+                f"run `{bwrap_binary()} --ro-bind / / true`."
+            )
+        result = ExecResult(
+            stdout=raw.stdout.decode(errors="replace") if text else "",
+            stderr=stderr,
+            exit_code=raw.returncode,
+            timed_out=raw.timed_out,
+            truncated=raw.truncated,
+            duration_s=raw.duration_s,
+        )
+        return raw.stdout, result
+
+    # --- ending ------------------------------------------------------------------------------
+    async def kill_all(self) -> int:
+        """Refuse new commands, kill every process of the sandbox, and check that none is left."""
+        self._frozen = True
+        n = 0
+        for pid in list(self._running):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, 9)
+                n += 1
+        if not self._rootless:
+            n += await asyncio.to_thread(kill_uid, self.uid)
+        t0 = time.monotonic()
+        while self._running and time.monotonic() - t0 < 10:  # their exec() calls return
+            await asyncio.sleep(0.005)
+        return n
+
+    def freeze(self) -> None:
+        self._frozen = True
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        if self._running or self._dirty or self._cgroup is not None:
+            await self.kill_all()
+        self.closed = True
+        if self._cgroup is not None:
+            for _ in range(100):
+                if self._cgroup.remove():
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                log.warning("cgroup %s could not be removed", self._cgroup.path)
+        self._lease.release()
+        if self.keep:
+            log.warning("keeping sandbox %s at %s", self.name, self._root)
+            return
+        # the adopted workspace of a verifier is not ours to delete: it lives outside _root
+        small = len(os.listdir(self._root / "tmp")) + len(os.listdir(self._app)) < 32
+        if small:
+            shutil.rmtree(self._root, ignore_errors=True)
+        else:
+            await asyncio.to_thread(shutil.rmtree, self._root, True)

@@ -1,0 +1,272 @@
+"""Run one child process on the event loop: capped output, a wall-clock timeout, a tree kill.
+
+No threads and no asyncio child watcher: the child is started with ``subprocess.Popen`` (fast
+``vfork`` path, its own process group), its pipes and a pidfd are watched with ``add_reader``.
+Output beyond the cap is drained and counted, never kept: a command that prints a gigabyte
+costs the cap in memory, not a gigabyte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+_CHUNK = 1 << 20
+_DRAIN_AFTER_KILL_S = 5.0
+
+
+def truncation_marker(omitted: int) -> bytes:
+    return f"\n[... envlab: {omitted} bytes of output omitted ...]\n".encode()
+
+
+class CappedBuffer:
+    """Keeps the first ``limit - limit // 4`` bytes and the last ``limit // 4`` bytes."""
+
+    __slots__ = ("_head", "_head_max", "_tail", "_tail_max", "total")
+
+    def __init__(self, limit: int) -> None:
+        self._tail_max = limit // 4
+        self._head_max = limit - self._tail_max
+        self._head = bytearray()
+        self._tail = bytearray()
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self._head_max - len(self._head)
+        if room > 0:
+            self._head += data[:room]
+            data = data[room:]
+        if data and self._tail_max:
+            self._tail += data
+            if len(self._tail) > 2 * self._tail_max:
+                del self._tail[: len(self._tail) - self._tail_max]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self._head_max + self._tail_max
+
+    def getvalue(self) -> bytes:
+        tail = bytes(self._tail[-self._tail_max :]) if self._tail_max else b""
+        if not self.truncated:
+            return bytes(self._head) + bytes(self._tail)
+        omitted = self.total - len(self._head) - len(tail)
+        return bytes(self._head) + truncation_marker(omitted) + tail
+
+
+@dataclass(slots=True)
+class RawResult:
+    stdout: bytes
+    stderr: bytes
+    returncode: int
+    """Exit status; a child killed by signal N reads ``128 + N``, as in a shell."""
+    timed_out: bool
+    truncated: bool
+    duration_s: float
+    status: bytes = b""
+    """What the child wrote to ``status_pipe``, when one was given."""
+
+
+class _Child:
+    """One running child and the loop callbacks that feed its buffers."""
+
+    def __init__(
+        self, proc: subprocess.Popen[bytes], output_limit: int, stdin: bytes | None
+    ) -> None:
+        self.proc = proc
+        self.loop = asyncio.get_running_loop()
+        self.buffers: dict[int, CappedBuffer] = {}
+        self.out = CappedBuffer(output_limit)
+        self.err = CappedBuffer(output_limit)
+        self.open_fds: set[int] = set()
+        self.done = self.loop.create_future()
+        self.status: int | None = None
+        self._pidfd: int | None = None
+        self._stdin = memoryview(stdin) if stdin else None
+        for stream, buffer in ((proc.stdout, self.out), (proc.stderr, self.err)):
+            assert stream is not None
+            fd = stream.fileno()
+            os.set_blocking(fd, False)
+            self.buffers[fd] = buffer
+            self.open_fds.add(fd)
+            self.loop.add_reader(fd, self._on_readable, fd)
+        if proc.stdin is not None:
+            fd = proc.stdin.fileno()
+            os.set_blocking(fd, False)
+            if self._stdin is None:
+                proc.stdin.close()
+            else:
+                self.loop.add_writer(fd, self._on_writable, fd)
+        try:
+            self._pidfd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):  # no pidfd (old kernel, not Linux): poll
+            self.loop.create_task(self._poll_exit())
+        else:
+            self.loop.add_reader(self._pidfd, self._on_exit)
+
+    # --- callbacks ---------------------------------------------------------------------------
+    def _on_readable(self, fd: int) -> None:
+        try:
+            data = os.read(fd, _CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            self.buffers[fd].feed(data)
+            return
+        self.loop.remove_reader(fd)
+        self.open_fds.discard(fd)
+        self._maybe_done()
+
+    def _on_writable(self, fd: int) -> None:
+        assert self._stdin is not None and self.proc.stdin is not None
+        try:
+            n = os.write(fd, self._stdin[:_CHUNK])
+        except BlockingIOError:
+            return
+        except OSError:  # the child closed its stdin: the rest is not wanted
+            n = len(self._stdin)
+        self._stdin = self._stdin[n:]
+        if not self._stdin:
+            self.loop.remove_writer(fd)
+            self.proc.stdin.close()
+
+    def _on_exit(self) -> None:
+        assert self._pidfd is not None
+        self._reap()
+        if self.status is not None:
+            self.loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+            self._maybe_done()
+
+    async def _poll_exit(self) -> None:
+        while self.status is None:
+            await asyncio.sleep(0.005)
+            self._reap()
+        self._maybe_done()
+
+    def _reap(self) -> None:
+        if self.status is not None:
+            return
+        try:
+            pid, status = os.waitpid(self.proc.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped by someone else: we cannot know how it ended
+            self.status = 255
+            return
+        if pid:
+            self.status = os.waitstatus_to_exitcode(status)
+            self.proc.returncode = self.status
+
+    def _maybe_done(self) -> None:
+        if self.status is not None and not self.open_fds and not self.done.done():
+            self.done.set_result(None)
+
+    # --- control -----------------------------------------------------------------------------
+    def kill(self) -> None:
+        if self.status is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def cleanup(self) -> None:
+        for fd in list(self.open_fds):
+            self.loop.remove_reader(fd)
+        self.open_fds.clear()
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.loop.remove_writer(self.proc.stdin.fileno())
+            self.proc.stdin.close()
+        if self._pidfd is not None:
+            self.loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        if self.status is None:  # last resort: never leave a zombie behind
+            self.kill()
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.proc.pid, 0)
+
+
+async def run_process(
+    argv: Sequence[str],
+    *,
+    timeout: float | None,
+    output_limit: int,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    stdin: bytes | None = None,
+    status_pipe: tuple[int, int] | None = None,
+    running: set[int] | None = None,
+) -> RawResult:
+    """Run ``argv`` in its own process group; kill the group at ``timeout`` or on cancellation.
+
+    ``status_pipe`` is a ``(read_fd, write_fd)`` pair from ``os.pipe()``: the write end is passed
+    to the child under its own number (``argv`` names it), both ends are closed here, and what
+    the child wrote is returned in ``status``. ``running`` holds the pids of children still
+    running, for a caller that must be able to kill them all.
+    """
+    t0 = time.perf_counter()
+    rfd, wfd = status_pipe if status_pipe is not None else (-1, -1)
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            process_group=0,
+            close_fds=True,
+            pass_fds=(wfd,) if wfd >= 0 else (),
+        )
+    except BaseException:
+        if rfd >= 0:
+            os.close(rfd)
+        raise
+    finally:
+        if wfd >= 0:
+            os.close(wfd)
+    if running is not None:
+        running.add(proc.pid)
+    child = _Child(proc, output_limit, stdin)
+    timed_out = False
+    try:
+        try:
+            await asyncio.wait_for(asyncio.shield(child.done), timeout)
+        except TimeoutError:
+            timed_out = True
+            child.kill()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(child.done), _DRAIN_AFTER_KILL_S)
+    except asyncio.CancelledError:
+        child.kill()
+        raise
+    finally:
+        child.cleanup()
+        if running is not None:
+            running.discard(proc.pid)
+        status = b""
+        if rfd >= 0:
+            os.set_blocking(rfd, False)
+            with contextlib.suppress(OSError):
+                status = os.read(rfd, 65536)
+            os.close(rfd)
+    out, err = child.out, child.err
+    code = child.status if child.status is not None else -signal.SIGKILL
+    return RawResult(
+        stdout=out.getvalue(),
+        stderr=err.getvalue(),
+        returncode=128 - code if code < 0 else code,
+        timed_out=timed_out,
+        truncated=out.truncated or err.truncated,
+        duration_s=time.perf_counter() - t0,
+        status=status,
+    )

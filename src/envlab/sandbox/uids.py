@@ -1,0 +1,91 @@
+"""One host uid per live sandbox, so that process limits and kills are per sandbox.
+
+A uid is leased by holding an ``flock`` on ``<state>/uids/<uid>.lock``: exclusive across every
+envlab process on the host, released by the kernel if the holder dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+from envlab.core.errors import InfraError
+
+UID_BASE = int(os.environ.get("ENVLAB_SANDBOX_UID_BASE", "1900000000"))
+"""Far from the uids of people and of rootless containers (subuid ranges start at 100000)."""
+UID_SLOTS = 4096
+"""Sandboxes alive at once on one host; every one of these uids is named in the staged passwd."""
+
+
+class UidLease:
+    """A uid this sandbox owns until ``release()``."""
+
+    def __init__(self, uid: int, fd: int) -> None:
+        self.uid = uid
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def lease_uid(state_dir: Path) -> UidLease:
+    lock_dir = state_dir / "uids"
+    lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    start = random.randrange(UID_SLOTS)
+    for i in range(UID_SLOTS):
+        uid = UID_BASE + (start + i) % UID_SLOTS
+        fd = os.open(lock_dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return UidLease(uid, fd)
+    raise InfraError(f"all {UID_SLOTS} sandbox uids are in use; close some sandboxes")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
+
+
+def processes_of(uid: int) -> list[int]:
+    """Host pids of the live (not zombie) processes whose effective uid is ``uid``."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{name}").st_uid == uid and _alive(int(name)):
+                    pids.append(int(name))
+    return pids
+
+
+def kill_uid(uid: int, *, deadline_s: float = 5.0) -> int:
+    """SIGKILL every process of ``uid`` until none is left; return how many were killed.
+
+    Only ever called with a uid this process leased, so nothing else can be hit.
+    """
+    killed: set[int] = set()
+    end = time.monotonic() + deadline_s
+    while True:
+        pids = processes_of(uid)
+        if not pids:
+            return len(killed)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+        if time.monotonic() > end:
+            raise InfraError(f"processes of sandbox uid {uid} survived SIGKILL for {deadline_s}s")
+        time.sleep(0.002)
