@@ -24,9 +24,12 @@ def _chromium() -> str | None:
     return path or (None if not os.path.exists("/usr/bin/chromium") else "/usr/bin/chromium")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """A headless Chromium. Missing browser or playwright: skipped locally, a failure in CI."""
+    """A headless Chromium. Missing browser or playwright: skipped locally, a failure in CI.
+
+    Module-scoped: playwright's sync API marks an event loop as running in this thread while it
+    is open, which would break the asyncio tests of later modules."""
     exe = _chromium()
     try:
         from playwright.sync_api import sync_playwright

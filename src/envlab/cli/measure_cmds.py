@@ -30,8 +30,10 @@ def _check_level(name: str, value: float) -> None:
 
 
 def compare_cmd(
-    run_a: Annotated[Path, typer.Argument(help="Run directory A, the baseline.")],
-    run_b: Annotated[Path, typer.Argument(help="Run directory B, compared against A.")],
+    run_a: Annotated[Path, typer.Argument(metavar="RUN_A", help="Run directory A, the baseline.")],
+    run_b: Annotated[
+        Path, typer.Argument(metavar="RUN_B", help="Run directory B, compared against A.")
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
     force: Annotated[
         bool,
@@ -127,7 +129,7 @@ def comparison_tables(cmp: Comparison) -> tuple[Table, Table]:
 
 
 def report_cmd(
-    runs: Annotated[list[Path], typer.Argument(help="One or more run directories.")],
+    runs: Annotated[list[Path], typer.Argument(metavar="RUN", help="One or more run directories.")],
     out_file: Annotated[
         Path, typer.Option("--out", "-o", help="The HTML file to write (one self-contained file).")
     ],

@@ -80,7 +80,7 @@
     const sec = section("summary", "Summary");
     const kmax = Math.max(...RUNS.map((r) => r.summary.samples_per_task));
     const head = ["run", "agent", "environment", "tasks", "episodes (scored / excluded)",
-      `mean reward (${pct} CI)`, `pass rate (${pct} CI)`, "pass@1", kmax > 1 ? `pass^${kmax}` : null,
+      `mean reward (${pct} CI)`, `pass rate (${pct} CI)`, "pass@1", kmax > 1 ? "pass^k (k = samples)" : null,
       "gate", "tool errors", "mean steps"].filter((x) => x !== null);
     const rows = RUNS.map((run, r) => {
       const S = run.summary;
@@ -95,7 +95,7 @@
         h("td", { class: "num" }, fmt(S.mean_reward), h("div", { class: "ci", text: ci(S.mean_reward_ci) })),
         h("td", { class: "num" }, fmt(S.pass_rate), h("div", { class: "ci", text: ci(S.pass_rate_ci) })),
         h("td", { class: "num", text: fmt(S.pass_at_k["1"]) }),
-        kmax > 1 ? h("td", { class: "num", text: fmt(S.pass_hat_k[String(kmax)]) }) : null,
+        kmax > 1 ? h("td", { class: "num", text: S.samples_per_task > 1 ? `${fmt(S.pass_hat_k[String(S.samples_per_task)])} (k=${S.samples_per_task})` : "–" }) : null,
         h("td", {}, gate),
         h("td", { class: "num", text: S.tool_errors }),
         h("td", { class: "num", text: fmt(S.mean_steps, 2) }));

@@ -81,7 +81,7 @@
       for (const v of vals) c[Math.min(B - 1, Math.max(0, Math.floor((v - lo) / width)))]++;
       return c.map((n) => (vals.length ? n / vals.length : 0));
     });
-    const top = Math.max(0.05, ...hists.flat());
+    const top = Math.min(1, Math.ceil(Math.max(0.05, ...hists.flat()) * 10) / 10);
     const labels = Array.from({ length: B }, (_, i) => fmt(lo + width * i, 1));
     const { y, bw } = axes(svg, 0, top, labels, "share of episodes");
     let marks = 0;
