@@ -35,7 +35,12 @@ def write_run(out: Path, trajectories: list[Trajectory]) -> Path:
     return out
 
 
-def shell_episode(task: str, *, reward: float | None = 1.0, note: str = "") -> Trajectory:
+JSON_OUTPUT = '{"stdout": "a.txt\\nb.txt\\n", "stderr": "", "exit_code": 0}'
+
+
+def shell_episode(
+    task: str, *, reward: float | None = 1.0, note: str = "", output: str = JSON_OUTPUT
+) -> Trajectory:
     """An episode of a sandboxed shell agent: a command, its output, a final answer."""
     call = {"id": "c1", "type": "function",
             "function": {"name": "bash", "arguments": '{"command": "ls -la /work"}'}}  # fmt: skip
@@ -43,8 +48,7 @@ def shell_episode(task: str, *, reward: float | None = 1.0, note: str = "") -> T
         {"role": "system", "content": "You are in a sandbox. " * 10},
         {"role": "user", "content": f"List the files of /work. {note}"},
         {"role": "assistant", "content": "Let me look.", "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "c1", "name": "bash",
-         "content": '{"stdout": "a.txt\\nb.txt\\n", "stderr": "", "exit_code": 0}'},
+        {"role": "tool", "tool_call_id": "c1", "name": "bash", "content": output},
         {"role": "assistant", "content": "The files are a.txt and b.txt."},
     ]  # fmt: skip
     steps = [

@@ -139,6 +139,7 @@ def test_sandbox_commands_and_hostile_text(browser: Any, tmp_path: Path) -> None
             shell_episode("t-1", note=hostile),
             shell_episode("t-2"),
             shell_episode("t-3", reward=None),
+            shell_episode("t-4", output="exit code: 2\nstderr:\nls: cannot access 'x'"),
         ],
     )
     out = tmp_path / "r.html"
@@ -155,6 +156,8 @@ def test_sandbox_commands_and_hostile_text(browser: Any, tmp_path: Path) -> None
     assert "</script><b id='injected'>not bold</b>" in prompt
     assert "more characters cut from the report" in prompt
     assert page.locator("#injected").count() == 0
+    page.click("#task-list .item[data-task='t-4']")  # a task folder's run tool: plain text
+    assert "exit code: 2" in page.inner_text("#steps pre.shell >> nth=1")
     assert "files_listed" in page.inner_text("#episode .episode-head")
     assert page.inner_text("#status-table").count("1") >= 1  # the infra error is counted
     page.close()

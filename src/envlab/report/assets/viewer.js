@@ -93,7 +93,9 @@
       return [h("pre", { text: JSON.stringify(c, null, 2) })];
     }
     function shellish(str) {
-      // a tool result that is a JSON object of a command's outputs is shown as a terminal
+      // a command's output is shown as a terminal: the text of a task folder's run tool
+      // ("exit code: N", "stdout:", "stderr:"), or a JSON object with stdout/stderr/exit_code
+      if (/^exit code: -?\d+/.test(str)) return h("pre", { class: "shell", text: str });
       if (str[0] !== "{") return null;
       let o;
       try { o = JSON.parse(str); } catch (e) { return null; }
