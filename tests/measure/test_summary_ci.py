@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from envlab.agents import load_agent
 from envlab.cli.measure_cmds import summary_rows
 from envlab.core import AgentSpec, Status, Trajectory
-from envlab.measure import Summary, proportion_ci, summarize
+from envlab.envs import load_env
+from envlab.measure import Summary, load_run, proportion_ci, summarize
+from envlab.measure.evaluate import evaluate
 from envlab.measure.summary import rate_ci
 from tests.measure.runs import make_run
 
@@ -126,3 +131,15 @@ def test_eval_writes_intervals_and_gate_into_summary_json(tmp_path: Path) -> Non
     assert rows["mean reward 95% CI"].startswith(f"{ci['low']:.3f} to {ci['high']:.3f}")
     assert "must-pass tasks passed" in rows["gate (must-pass tasks)"]
     assert "pass^2 95% CI" in rows
+
+
+def test_tasks_declare_themselves_must_pass(tmp_path: Path) -> None:
+    env = load_env("arith")
+    tasks = env.tasks(n=4)
+    tasks[1].metadata["must_pass"] = True
+    coro = evaluate(env, load_agent("oracle"), tasks, out_dir=tmp_path / "r", progress=False)
+    with ThreadPoolExecutor(1) as pool:
+        _, summary = pool.submit(asyncio.run, coro).result()
+    assert summary.gate is not None and summary.gate.must_pass == [tasks[1].id]
+    assert summary.gate.passed is True
+    assert load_run(tmp_path / "r").must_pass == [tasks[1].id]  # kept for compare and report
