@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
+from envlab.cli.measure_cmds import compare_cmd, report_cmd, summary_rows
 from envlab.core import EnvlabError
 
 app = typer.Typer(
@@ -123,6 +124,8 @@ def eval_cmd(
     table.add_row("tasks", str(summary.n_tasks))
     table.add_row("episodes (scored)", f"{summary.n_episodes} ({summary.n_scored})")
     table.add_row("mean reward", _fmt(summary.mean_reward))
+    for name, value in summary_rows(summary):
+        table.add_row(name, value)
     for k, v in summary.pass_at_k.items():
         table.add_row(f"pass@{k}", _fmt(v))
     for k, v in summary.pass_hat_k.items():
@@ -182,6 +185,10 @@ def _print_rows(rows: list[dict[str, str]], as_json: bool, title: str) -> None:
     for r in rows:
         table.add_row(r["name"], r["description"], r["target"])
     out.print(table)
+
+
+app.command("compare")(compare_cmd)
+app.command("report")(report_cmd)
 
 
 def main() -> None:
