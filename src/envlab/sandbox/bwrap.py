@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -66,6 +67,14 @@ def _special_files(directory: str, names: list[str]) -> list[str]:
         if not (os.path.islink(p) or os.path.isfile(p) or os.path.isdir(p)):
             skip.append(name)
     return skip
+
+
+def _pidns(status: bytes) -> int | None:
+    """The PID namespace bwrap reported on its status fd (its first JSON line)."""
+    try:
+        return int(json.loads(status.split(b"\n", 1)[0])["pid-namespace"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 class BubblewrapSandbox(Sandbox):
@@ -278,10 +287,14 @@ class BubblewrapSandbox(Sandbox):
                 status_pipe=pipe,
                 running=self._running,
             )
-        except BaseException:
+        except BaseException:  # cancelled: make sure nothing of the sandbox runs on
             self._dirty = True
+            if not self._rootless:
+                kill_uid(self.uid)
             raise
-        self._dirty |= raw.timed_out
+        if raw.timed_out and not self._rootless:
+            # the namespace is being torn down; wait until every process of the command is gone
+            await asyncio.to_thread(kill_uid, self.uid, pidns=_pidns(raw.status))
         stderr = raw.stderr.decode(errors="replace")
         if not raw.timed_out and b'"exit-code"' not in raw.status:
             # bwrap stopped before the command started: ours, unless the cwd was wrong

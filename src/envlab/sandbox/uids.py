@@ -60,26 +60,31 @@ def _alive(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
 
 
-def processes_of(uid: int) -> list[int]:
-    """Host pids of the live (not zombie) processes whose effective uid is ``uid``."""
+def processes_of(uid: int, pidns: int | None = None) -> list[int]:
+    """Host pids of the live (not zombie) processes whose effective uid is ``uid`` (and whose
+    PID namespace is ``pidns``, when given)."""
     pids = []
     for name in os.listdir("/proc"):
         if name.isdigit():
             with contextlib.suppress(OSError):
-                if os.stat(f"/proc/{name}").st_uid == uid and _alive(int(name)):
+                if (
+                    os.stat(f"/proc/{name}").st_uid == uid
+                    and _alive(int(name))
+                    and (pidns is None or os.stat(f"/proc/{name}/ns/pid").st_ino == pidns)
+                ):
                     pids.append(int(name))
     return pids
 
 
-def kill_uid(uid: int, *, deadline_s: float = 5.0) -> int:
-    """SIGKILL every process of ``uid`` until none is left; return how many were killed.
-
-    Only ever called with a uid this process leased, so nothing else can be hit.
+def kill_uid(uid: int, *, pidns: int | None = None, deadline_s: float = 5.0) -> int:
+    """SIGKILL every process of ``uid`` (in PID namespace ``pidns``, when given) until none is
+    left; return how many were killed. Only ever called with a uid this process leased, so
+    nothing else can be hit.
     """
     killed: set[int] = set()
     end = time.monotonic() + deadline_s
     while True:
-        pids = processes_of(uid)
+        pids = processes_of(uid, pidns)
         if not pids:
             return len(killed)
         for pid in pids:

@@ -1,3 +1,4 @@
+import itertools
 import random
 
 import pytest
@@ -27,4 +28,4 @@ def test_random_against_reference():
         got = merge(ivs)
         assert {x for a, b in got for x in range(2 * a, 2 * b + 1)} == covered
         assert got == sorted(got)
-        assert all(b[0] > a[1] for a, b in zip(got, got[1:]))
+        assert all(b[0] > a[1] for a, b in itertools.pairwise(got))

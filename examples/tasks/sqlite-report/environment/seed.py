@@ -3,7 +3,8 @@ import sqlite3
 
 random.seed(3)
 db = sqlite3.connect("shop.db")
-db.executescript(open("schema.sql").read())
+with open("schema.sql") as f:
+    db.executescript(f.read())
 names = ["Ada", "Brook", "Cyril", "Dana", "Emeka", "Farah", "Goran", "Hana"]
 for i, n in enumerate(names, 1):
     db.execute("INSERT INTO customers VALUES (?, ?, ?)", (i, n, random.choice(["DE", "NG", "JP"])))

@@ -1,0 +1,47 @@
+"""``envlab task run|check`` as a user runs them (a child process)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import subprocess_env
+from tests.envs.taskfolder.conftest import EXAMPLES, make_task
+from tests.sandbox.conftest import requires_bwrap
+
+pytestmark = requires_bwrap
+TASK = [sys.executable, "-m", "envlab.cli.task"]
+
+
+def task_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*TASK, *args], capture_output=True, text=True, env=subprocess_env(), timeout=180
+    )
+
+
+def test_run_prints_reward_and_status_per_sample(tmp_path: Path) -> None:
+    script = tmp_path / "solve.sh"
+    script.write_text("printf 'Hello, world!\\n' > /app/hello.txt\n")
+    r = task_cli("run", str(EXAMPLES / "hello-file"), "--agent", f"shell:{script}", "-k", "2",
+                 "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [(x["sample"], x["status"], x["reward"]) for x in rows] == [
+        (0, "ok", 1.0),
+        (1, "ok", 1.0),
+    ]
+    table = task_cli("run", str(EXAMPLES / "hello-file"), "--agent", "noop")
+    assert table.returncode == 0 and "hello-file" in table.stdout and "ok" in table.stdout
+
+
+def test_check_passes_a_good_task_and_fails_a_broken_one(tmp_path: Path) -> None:
+    good = task_cli("check", str(EXAMPLES / "log-errors"), "--runs", "2", "--json")
+    assert good.returncode == 0, good.stderr
+    assert json.loads(good.stdout)[0]["ok"] is True
+    broken = make_task(tmp_path, "always-one", solve_sh="true\n")  # noop scores 1: broken
+    bad = task_cli("check", str(broken), "--runs", "1")
+    assert bad.returncode == 1 and "FAIL" in bad.stdout and "noop sample 0" in bad.stdout
+    missing = task_cli("check", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
