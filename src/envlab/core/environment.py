@@ -50,6 +50,11 @@ class Environment(ABC):
         """The episode's reward, computed after the agent stopped. ``None``: sum step rewards."""
         return None
 
+    async def regrade(self) -> Reward | None:
+        """Grade the same final state again, from scratch: a grader test-retest. Call after
+        ``grade()`` and before ``close()``; the default grades again."""
+        return await self.grade()
+
     async def close(self) -> None:
         """Release what the episode holds (sandboxes, files, connections)."""
         return None

@@ -125,6 +125,10 @@ class ToolEnv(Environment):
             self._reward = await self.rubric.score(self.grading_context())
         return self._reward
 
+    async def regrade(self) -> Reward:
+        """Score the rubric again on the same final answer (no cached result)."""
+        return await self.rubric.score(self.grading_context())
+
     def state(self) -> dict[str, Any]:
         return {
             "task_id": self.task.id if self.task else None,

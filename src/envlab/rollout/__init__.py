@@ -1,6 +1,6 @@
 """The async engine: episodes, groups, concurrency, timeouts, retries, the trajectory store."""
 
-from envlab.rollout.episode import EpisodeConfig, episode_ids, run_episode
+from envlab.rollout.episode import EpisodeConfig, EpisodeHooks, episode_ids, run_episode
 from envlab.rollout.runner import (
     RUN_FILE,
     TRAJECTORIES_FILE,
@@ -15,6 +15,7 @@ __all__ = [
     "RUN_FILE",
     "TRAJECTORIES_FILE",
     "EpisodeConfig",
+    "EpisodeHooks",
     "RolloutResult",
     "RunInfo",
     "TrajectoryStore",

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import time
 import traceback
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,26 @@ class EpisodeConfig:
     """Overrides the environment's own ``max_steps`` when set."""
     max_retries: int = 2
     retry_backoff: float = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeHooks:
+    """Callbacks for tools that inspect an episode as it runs (``envlab vet``).
+
+    ``after_reset(env)`` runs right after ``reset``; ``after_grade(env, reward)`` after the
+    grade, before ``close``. What they return is stored in ``trajectory.info`` under their names;
+    an exception in a hook is recorded there too and does not change the episode's status.
+    """
+
+    after_reset: Callable[[Environment], Awaitable[dict[str, Any]]] | None = None
+    after_grade: Callable[[Environment, Reward | None], Awaitable[dict[str, Any]]] | None = None
+
+
+async def _hook(aw: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return await aw
+    except Exception as e:
+        return {"hook_error": _describe(e)}
 
 
 def _describe(e: BaseException) -> str:
@@ -74,6 +95,7 @@ async def run_episode(
     run_seed: int = 0,
     config: EpisodeConfig | None = None,
     ids: tuple[str, str, int] | None = None,
+    hooks: EpisodeHooks | None = None,
 ) -> Trajectory:
     """Run one episode; retry it on ``infra_error`` up to ``config.max_retries`` times.
 
@@ -86,7 +108,7 @@ async def run_episode(
     attempt = 0
     while True:
         attempt += 1
-        traj = await _attempt(env_proto, agent_proto, task, seed, cfg)
+        traj = await _attempt(env_proto, agent_proto, task, seed, cfg, hooks)
         if traj.status is not Status.INFRA_ERROR or attempt > cfg.max_retries:
             break
         await asyncio.sleep(cfg.retry_backoff * 2 ** (attempt - 1))
@@ -99,7 +121,12 @@ _NO_AGENT = AgentSpec(name="")
 
 
 async def _attempt(
-    env_proto: Environment, agent_proto: Agent, task: Task, seed: int, cfg: EpisodeConfig
+    env_proto: Environment,
+    agent_proto: Agent,
+    task: Task,
+    seed: int,
+    cfg: EpisodeConfig,
+    hooks: EpisodeHooks | None = None,
 ) -> Trajectory:
     """One try at the episode; ``run_episode`` fills in the ids and the agent spec."""
     clock = time.perf_counter
@@ -116,6 +143,7 @@ async def _attempt(
     reward: Reward | None = None
     env: Environment | None = None
     agent: Agent | None = None
+    info: dict[str, Any] = {}
     # who is running right now, to attribute an exception: "env", "agent" or "engine"
     phase = "engine"
     try:
@@ -125,6 +153,8 @@ async def _attempt(
         ts = clock()
         phase = "env"
         obs = await env.reset(task, seed)
+        if hooks is not None and hooks.after_reset is not None:
+            info["after_reset"] = await _hook(hooks.after_reset(env))
         system = env.system_prompt()
         privileged = agent.privileged
         ctx = EpisodeContext(
@@ -229,6 +259,8 @@ async def _attempt(
             if dl.clear(me):
                 await dl.absorb(me)
         grade_s = clock() - ts
+    if env is not None and hooks is not None and hooks.after_grade is not None:
+        info["after_grade"] = await _hook(hooks.after_grade(env, reward))
     for party, closer in ((env, "env"), (agent, "agent")):
         if party is None:
             continue
@@ -263,6 +295,7 @@ async def _attempt(
         n_steps=len(steps),
         tool_errors=tool_errors,
         error=error,
+        info=info,
         timings=Timings(
             started_at=started,
             ended_at=started + duration,
