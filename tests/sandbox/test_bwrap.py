@@ -58,8 +58,8 @@ async def test_workspace_and_tmp_persist_between_commands(tmp_path: Path) -> Non
         assert (await box.exec("pwd", cwd="sub")).stdout == "/app/sub\n"
         missing = await box.exec("true", cwd="/app/nope")
         assert missing.exit_code == 1 and "no such directory" in missing.stderr
-        root = box.host_workdir.parent
-    assert not root.exists(), "close() removes the workspace"
+        workspace = box.host_workdir
+    assert not workspace.exists(), "close() removes the workspace"
     assert (tmp_path / "given.txt").read_text() == "from the template"
 
 

@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import resource
 import shutil
 import time
 import uuid
@@ -25,7 +26,7 @@ from typing import ClassVar
 from envlab.core.errors import ConfigError
 from envlab.sandbox.base import Command, ExecResult, Mount, Sandbox, SandboxError
 from envlab.sandbox.layout import bwrap_binary, host_layout
-from envlab.sandbox.limits import Cgroup, Limits, rlimit_prefix
+from envlab.sandbox.limits import Cgroup, Limits
 from envlab.sandbox.process import run_process
 from envlab.sandbox.uids import kill_uid, lease_uid
 
@@ -67,6 +68,36 @@ def _special_files(directory: str, names: list[str]) -> list[str]:
         if not (os.path.islink(p) or os.path.isfile(p) or os.path.isdir(p)):
             skip.append(name)
     return skip
+
+
+class _StartGate:
+    """What runs while bwrap's PID 1 waits on ``--block-fd``, before it starts the command: set
+    the rlimits on it (the command inherits them) and move it into the cgroup. No program runs
+    for this; if it fails the command never starts (the caller kills it)."""
+
+    def __init__(
+        self, release_fd: int, limits: list[tuple[int, int]], cgroup: Cgroup | None
+    ) -> None:
+        self.release_fd: int | None = release_fd
+        self.limits = limits
+        self.cgroup = cgroup
+
+    def __call__(self, first_status_line: bytes) -> None:
+        try:
+            pid = int(json.loads(first_status_line)["child-pid"])
+            for which, value in self.limits:
+                resource.prlimit(pid, which, (value, value))
+            if self.cgroup is not None:
+                self.cgroup.attach(pid)
+            assert self.release_fd is not None
+            os.write(self.release_fd, b"x")
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.release_fd is not None:
+            os.close(self.release_fd)
+            self.release_fd = None
 
 
 def _pidns(status: bytes) -> int | None:
@@ -112,15 +143,15 @@ class BubblewrapSandbox(Sandbox):
         self._running: set[int] = set()
         self._state = state_dir()
         self._layout = host_layout(self._state)
-        self._root = self._state / "boxes" / self.name
-        self._root.mkdir(mode=0o711)
+        boxes = self._state / "boxes"
         self._lease = lease_uid(self._state)
         self.uid = self._lease.uid
         self._rootless = os.geteuid() != 0
-        self._app = Path(app_dir) if app_dir is not None else self._root / "app"
+        self._app = Path(app_dir) if app_dir is not None else boxes / f"{self.name}.app"
         self._adopted = app_dir is not None
         self._app.mkdir(mode=0o755, exist_ok=True)
-        (self._root / "tmp").mkdir(mode=0o1777)
+        self._tmp = boxes / f"{self.name}.tmp"
+        self._tmp.mkdir(mode=0o700)
         self._cgroup = Cgroup.create(self.name, self.limits)
         self.env = {
             "PATH": self._layout.path,
@@ -140,7 +171,10 @@ class BubblewrapSandbox(Sandbox):
         """A sandbox whose workspace starts as a copy of ``template`` (a host directory)."""
         box = cls(**kwargs)  # type: ignore[arg-type]
         try:
-            await asyncio.to_thread(box.prepare, template)
+            if template is None and not box._mounts:  # two chowns: not worth a thread
+                box.prepare()
+            else:
+                await asyncio.to_thread(box.prepare, template)
         except BaseException:
             await box.close()
             raise
@@ -152,7 +186,7 @@ class BubblewrapSandbox(Sandbox):
             copy_tree(Path(template), self._app)
         if not self._rootless:
             chown_tree(self._app, self.uid, self.uid)
-            os.chown(self._root / "tmp", self.uid, self.uid)
+            os.chown(self._tmp, self.uid, self.uid)
             for m in self._mounts:
                 if m.writable:
                     chown_tree(m.source, self.uid, self.uid)
@@ -187,7 +221,7 @@ class BubblewrapSandbox(Sandbox):
                 "--ro-bind", e.source, e.target,
             ]  # fmt: skip
         made = set(layout.dirs)
-        a += ["--bind", str(self._app), APP, "--bind", str(self._root / "tmp"), "/tmp"]
+        a += ["--bind", str(self._app), APP, "--bind", str(self._tmp), "/tmp"]
         a += ["--dev", "/dev", "--proc", "/proc"]
         for m in self._mounts:
             a += self._mount_args(m, made)
@@ -207,16 +241,20 @@ class BubblewrapSandbox(Sandbox):
         return [*a, "--bind" if m.writable else "--ro-bind", str(m.source), m.target]
 
     def _argv(
-        self, cmd: Sequence[str], env: Mapping[str, str], cwd: str, extra: Sequence[Mount]
-    ) -> tuple[list[str], tuple[int, int]]:
-        rfd, wfd = os.pipe()
-        a = [*self._cgroup.prefix()] if self._cgroup else []
-        a += rlimit_prefix(self.limits, nproc=not self._rootless)
-        a += self._prefix
+        self,
+        cmd: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str,
+        extra: Sequence[Mount],
+        status_fd: int,
+        block_fd: int,
+    ) -> list[str]:
+        a = list(self._prefix)
         made: set[str] = set(self._layout.dirs)
         for m in extra:
             a += self._mount_args(m, made)
-        a += ["--remount-ro", "/", "--chdir", cwd, "--json-status-fd", str(wfd)]
+        a += ["--remount-ro", "/", "--chdir", cwd]
+        a += ["--json-status-fd", str(status_fd), "--block-fd", str(block_fd)]
         for k, v in env.items():
             a += ["--setenv", k, v]
         a.append("--")
@@ -230,7 +268,18 @@ class BubblewrapSandbox(Sandbox):
                 "--bounding-set=-all",
                 "--",
             ]
-        return [*a, *cmd], (rfd, wfd)
+        return [*a, *cmd]
+
+    def _gate(self, release_fd: int) -> _StartGate:
+        limits = [
+            (resource.RLIMIT_CPU, self.limits.cpu_seconds),
+            (resource.RLIMIT_AS, self.limits.address_space_bytes),
+            (resource.RLIMIT_FSIZE, self.limits.max_file_bytes),
+            (resource.RLIMIT_NOFILE, self.limits.max_open_files),
+        ]
+        if not self._rootless:  # per uid: without a uid of its own it would count the user's
+            limits.append((resource.RLIMIT_NPROC, self.limits.max_processes))
+        return _StartGate(release_fd, limits, self._cgroup)
 
     # --- running -----------------------------------------------------------------------------
     async def exec(
@@ -277,21 +326,33 @@ class BubblewrapSandbox(Sandbox):
             raise SandboxError(f"sandbox {self.name} is {state}; no more commands can run in it")
         full_env = {**self.env, **env} if env else self.env
         where = self.resolve(cwd) if cwd else self.workdir
-        full, pipe = self._argv(argv, full_env, where, mounts)
+        status_r, status_w = os.pipe()
+        block_r, block_w = os.pipe()
+        gate = self._gate(block_w)
+        try:
+            full = self._argv(argv, full_env, where, mounts, status_w, block_r)
+        except BaseException:
+            for fd in (status_r, status_w, block_r, block_w):
+                os.close(fd)
+            raise
         try:
             raw = await run_process(
                 full,
                 timeout=timeout if timeout is not None else self.limits.timeout_s,
                 output_limit=max_output or self.limits.output_bytes,
                 stdin=stdin,
-                status_pipe=pipe,
+                pass_fds=(status_w, block_r),
+                status_fd=status_r,
+                on_status=gate,
                 running=self._running,
             )
         except BaseException:  # cancelled: make sure nothing of the sandbox runs on
+            gate.close()
             self._dirty = True
             if not self._rootless:
                 kill_uid(self.uid)
             raise
+        gate.close()  # when bwrap failed before it reported a child
         if raw.timed_out and not self._rootless:
             # the namespace is being torn down; wait until every process of the command is gone
             await asyncio.to_thread(kill_uid, self.uid, pidns=_pidns(raw.status))
@@ -350,11 +411,12 @@ class BubblewrapSandbox(Sandbox):
                 log.warning("cgroup %s could not be removed", self._cgroup.path)
         self._lease.release()
         if self.keep:
-            log.warning("keeping sandbox %s at %s", self.name, self._root)
+            log.warning("keeping sandbox %s: %s and %s", self.name, self._app, self._tmp)
             return
-        # the adopted workspace of a verifier is not ours to delete: it lives outside _root
-        small = len(os.listdir(self._root / "tmp")) + len(os.listdir(self._app)) < 32
-        if small:
-            shutil.rmtree(self._root, ignore_errors=True)
+        # an adopted workspace (the verifier's view of the agent's) is not ours to delete
+        mine = [self._tmp] if self._adopted else [self._app, self._tmp]
+        if sum(len(os.listdir(p)) for p in mine) < 32:
+            for p in mine:
+                shutil.rmtree(p, ignore_errors=True)
         else:
-            await asyncio.to_thread(shutil.rmtree, self._root, True)
+            await asyncio.to_thread(lambda: [shutil.rmtree(p, ignore_errors=True) for p in mine])

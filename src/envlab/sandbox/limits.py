@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shlex
 import shutil
 from functools import cache
 from pathlib import Path
@@ -113,7 +112,7 @@ _warned = False
 
 
 class Cgroup:
-    """One cgroup per sandbox, for its total memory. Processes join it through ``prefix()``."""
+    """One cgroup per sandbox, for its total memory. Processes join it through ``attach()``."""
 
     def __init__(self, path: Path, version: int) -> None:
         self.path = path
@@ -160,10 +159,9 @@ class Cgroup:
             return None
         return cls(path, version)
 
-    def prefix(self) -> list[str]:
-        """An argv prefix that moves the process into this cgroup, then execs the rest."""
-        procs = shlex.quote(str(self.path / "cgroup.procs"))
-        return ["/bin/sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh"]
+    def attach(self, pid: int) -> None:
+        """Move process ``pid`` into this cgroup (its later children are born in it)."""
+        (self.path / "cgroup.procs").write_text(str(pid))
 
     def remove(self) -> bool:
         """Remove the cgroup; False while processes remain in it."""

@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 _CHUNK = 1 << 20
@@ -70,14 +70,19 @@ class RawResult:
     truncated: bool
     duration_s: float
     status: bytes = b""
-    """What the child wrote to ``status_pipe``, when one was given."""
+    """What the child wrote on ``status_fd``, when one was given."""
 
 
 class _Child:
     """One running child and the loop callbacks that feed its buffers."""
 
     def __init__(
-        self, proc: subprocess.Popen[bytes], output_limit: int, stdin: bytes | None
+        self,
+        proc: subprocess.Popen[bytes],
+        output_limit: int,
+        stdin: bytes | None,
+        status_fd: int | None = None,
+        on_status: Callable[[bytes], None] | None = None,
     ) -> None:
         self.proc = proc
         self.loop = asyncio.get_running_loop()
@@ -86,9 +91,16 @@ class _Child:
         self.err = CappedBuffer(output_limit)
         self.open_fds: set[int] = set()
         self.done = self.loop.create_future()
-        self.status: int | None = None
+        self.exit_status: int | None = None
         self._pidfd: int | None = None
         self._stdin = memoryview(stdin) if stdin else None
+        self.status = bytearray()
+        self._on_status = on_status
+        self.gate_error: BaseException | None = None
+        if status_fd is not None:
+            os.set_blocking(status_fd, False)
+            self.open_fds.add(status_fd)
+            self.loop.add_reader(status_fd, self._on_status_readable, status_fd)
         for stream, buffer in ((proc.stdout, self.out), (proc.stderr, self.err)):
             assert stream is not None
             fd = stream.fileno()
@@ -125,6 +137,28 @@ class _Child:
         self.open_fds.discard(fd)
         self._maybe_done()
 
+    def _on_status_readable(self, fd: int) -> None:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            self.status += data
+            if self._on_status is not None and b"\n" in self.status:
+                gate, self._on_status = self._on_status, None
+                try:
+                    gate(bytes(self.status.split(b"\n", 1)[0]))
+                except BaseException as e:  # the command must not start unlimited
+                    self.gate_error = e
+                    self.kill()
+            return
+        self.loop.remove_reader(fd)
+        self.open_fds.discard(fd)
+        os.close(fd)
+        self._maybe_done()
+
     def _on_writable(self, fd: int) -> None:
         assert self._stdin is not None and self.proc.stdin is not None
         try:
@@ -141,43 +175,46 @@ class _Child:
     def _on_exit(self) -> None:
         assert self._pidfd is not None
         self._reap()
-        if self.status is not None:
+        if self.exit_status is not None:
             self.loop.remove_reader(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = None
             self._maybe_done()
 
     async def _poll_exit(self) -> None:
-        while self.status is None:
+        while self.exit_status is None:
             await asyncio.sleep(0.005)
             self._reap()
         self._maybe_done()
 
     def _reap(self) -> None:
-        if self.status is not None:
+        if self.exit_status is not None:
             return
         try:
             pid, status = os.waitpid(self.proc.pid, os.WNOHANG)
         except ChildProcessError:  # reaped by someone else: we cannot know how it ended
-            self.status = 255
+            self.exit_status = 255
             return
         if pid:
-            self.status = os.waitstatus_to_exitcode(status)
-            self.proc.returncode = self.status
+            self.exit_status = os.waitstatus_to_exitcode(status)
+            self.proc.returncode = self.exit_status
 
     def _maybe_done(self) -> None:
-        if self.status is not None and not self.open_fds and not self.done.done():
+        if self.exit_status is not None and not self.open_fds and not self.done.done():
             self.done.set_result(None)
 
     # --- control -----------------------------------------------------------------------------
     def kill(self) -> None:
-        if self.status is None:
+        if self.exit_status is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
 
     def cleanup(self) -> None:
+        pipes = {s.fileno() for s in (self.proc.stdout, self.proc.stderr) if s and not s.closed}
         for fd in list(self.open_fds):
             self.loop.remove_reader(fd)
+            if fd not in pipes:
+                os.close(fd)
         self.open_fds.clear()
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             self.loop.remove_writer(self.proc.stdin.fileno())
@@ -189,7 +226,7 @@ class _Child:
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 stream.close()
-        if self.status is None:  # last resort: never leave a zombie behind
+        if self.exit_status is None:  # last resort: never leave a zombie behind
             self.kill()
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self.proc.pid, 0)
@@ -203,18 +240,20 @@ async def run_process(
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     stdin: bytes | None = None,
-    status_pipe: tuple[int, int] | None = None,
+    pass_fds: Sequence[int] = (),
+    status_fd: int | None = None,
+    on_status: Callable[[bytes], None] | None = None,
     running: set[int] | None = None,
 ) -> RawResult:
     """Run ``argv`` in its own process group; kill the group at ``timeout`` or on cancellation.
 
-    ``status_pipe`` is a ``(read_fd, write_fd)`` pair from ``os.pipe()``: the write end is passed
-    to the child under its own number (``argv`` names it), both ends are closed here, and what
-    the child wrote is returned in ``status``. ``running`` holds the pids of children still
-    running, for a caller that must be able to kill them all.
+    ``pass_fds`` are handed to the child under their own numbers, then closed here.
+    ``status_fd`` is the read end of a pipe the child reports on (bwrap's ``--json-status-fd``):
+    everything read is returned in ``status``, and ``on_status`` is called with its first line
+    as soon as it arrives; if ``on_status`` raises, the child is killed and the error re-raised.
+    ``running`` holds the pids of children still running, for a caller that must kill them all.
     """
     t0 = time.perf_counter()
-    rfd, wfd = status_pipe if status_pipe is not None else (-1, -1)
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -225,18 +264,18 @@ async def run_process(
             cwd=cwd,
             process_group=0,
             close_fds=True,
-            pass_fds=(wfd,) if wfd >= 0 else (),
+            pass_fds=tuple(pass_fds),
         )
     except BaseException:
-        if rfd >= 0:
-            os.close(rfd)
+        if status_fd is not None:
+            os.close(status_fd)
         raise
     finally:
-        if wfd >= 0:
-            os.close(wfd)
+        for fd in pass_fds:
+            os.close(fd)
     if running is not None:
         running.add(proc.pid)
-    child = _Child(proc, output_limit, stdin)
+    child = _Child(proc, output_limit, stdin, status_fd, on_status)
     timed_out = False
     try:
         try:
@@ -253,14 +292,10 @@ async def run_process(
         child.cleanup()
         if running is not None:
             running.discard(proc.pid)
-        status = b""
-        if rfd >= 0:
-            os.set_blocking(rfd, False)
-            with contextlib.suppress(OSError):
-                status = os.read(rfd, 65536)
-            os.close(rfd)
+    if child.gate_error is not None:
+        raise child.gate_error
     out, err = child.out, child.err
-    code = child.status if child.status is not None else -signal.SIGKILL
+    code = child.exit_status if child.exit_status is not None else -signal.SIGKILL
     return RawResult(
         stdout=out.getvalue(),
         stderr=err.getvalue(),
@@ -268,5 +303,5 @@ async def run_process(
         timed_out=timed_out,
         truncated=out.truncated or err.truncated,
         duration_s=time.perf_counter() - t0,
-        status=status,
+        status=bytes(child.status),
     )

@@ -35,9 +35,14 @@ class UidLease:
             self._fd = None
 
 
+_lock_dirs: set[Path] = set()
+
+
 def lease_uid(state_dir: Path) -> UidLease:
     lock_dir = state_dir / "uids"
-    lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if lock_dir not in _lock_dirs:
+        lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _lock_dirs.add(lock_dir)
     start = random.randrange(UID_SLOTS)
     for i in range(UID_SLOTS):
         uid = UID_BASE + (start + i) % UID_SLOTS
