@@ -16,6 +16,7 @@ from rich.logging import RichHandler
 from rich.table import Table
 
 from envlab.cli.measure_cmds import compare_cmd, report_cmd, summary_rows
+from envlab.cli.vet_cmds import arena_cmd, vet_cmd
 from envlab.core import EnvlabError
 
 app = typer.Typer(
@@ -189,6 +190,8 @@ def _print_rows(rows: list[dict[str, str]], as_json: bool, title: str) -> None:
 
 app.command("compare")(compare_cmd)
 app.command("report")(report_cmd)
+app.command("vet")(vet_cmd)
+app.command("arena")(arena_cmd)
 
 
 def main() -> None:

@@ -1,0 +1,200 @@
+"""``envlab vet`` and ``envlab arena``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from envlab.core import ConfigError
+
+out = Console()
+err = Console(stderr=True)
+
+_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "n/a": "dim"}
+_VERDICT_STYLE = {
+    "ok": "green",
+    "quarantine": "bold red",
+    "broken": "red",
+    "trivial": "yellow",
+    "dead": "magenta",
+}
+
+
+def _load_agent(name: str | None):  # type: ignore[no-untyped-def]
+    if name is None or name.lower() == "none":
+        return None
+    from envlab.agents import load_agent
+
+    return load_agent(name)
+
+
+async def _vet_one(env_name: str, agent_name: str | None, out_dir: Path, cfg):  # type: ignore[no-untyped-def]
+    from envlab.envs import load_env
+    from envlab.vet.runner import vet_environment
+
+    env = load_env(env_name)
+    return await vet_environment(
+        env, env_id=env_name, out_dir=out_dir, agent=_load_agent(agent_name), config=cfg
+    )
+
+
+def _config(
+    samples: int,
+    oracle_runs: int,
+    group_size: int,
+    concurrency: int,
+    tasks: int | None,
+    progress: bool,
+):  # type: ignore[no-untyped-def]
+    from envlab.vet.runner import VetConfig
+
+    if samples < 2:
+        raise ConfigError(f"--samples must be >= 2 to see a group's spread, got {samples}")
+    if oracle_runs < 1:
+        raise ConfigError(f"--oracle-runs must be >= 1, got {oracle_runs}")
+    return VetConfig(
+        oracle_runs=oracle_runs,
+        samples=samples,
+        group_size=group_size,
+        concurrency=concurrency,
+        tasks=tasks,
+        progress=progress,
+    )
+
+
+def vet_cmd(
+    env: Annotated[
+        str, typer.Argument(help="Environment: a name, module:factory, or a task folder path.")
+    ],
+    agent: Annotated[
+        str, typer.Option("--agent", "-a", help="Agent of the trainability check ('none' to skip).")
+    ] = "smollm2",
+    samples: Annotated[
+        int, typer.Option("--samples", "-k", help="Agent samples per task (G).")
+    ] = 4,
+    oracle_runs: Annotated[
+        int, typer.Option("--oracle-runs", help="M: fresh oracle runs and re-grades.")
+    ] = 5,
+    group_size: Annotated[
+        int, typer.Option("--group-size", help="The trainer's G for P(dead group).")
+    ] = 8,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c")] = 2,
+    tasks: Annotated[
+        int | None, typer.Option("--tasks", "-n", help="Vet only the first N tasks.")
+    ] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Vet directory.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print vet.json.")] = False,
+) -> None:
+    """Vet ENV: catch leaking, hackable, broken, trivial and dead tasks; write vet.json."""
+    cfg = _config(samples, oracle_runs, group_size, concurrency, tasks, not as_json)
+    out_dir = out_dir or Path("runs") / f"vet-{_safe(env)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    report = asyncio.run(_vet_one(env, agent, out_dir, cfg))
+    if as_json:
+        out.print_json(report.model_dump_json())
+        return
+    print_report(report, out_dir)
+
+
+def print_report(report, out_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    from envlab.vet.model import CHECKS
+
+    names = list(CHECKS)
+    table = Table(title=f"vet {report.env_id} ({report.env_hash})", show_lines=False)
+    table.add_column("task")
+    table.add_column("verdict")
+    for n in names:
+        table.add_column(n.replace("_", " "), justify="center")
+    for t in report.tasks:
+        by = {c.name: c.status for c in t.checks}
+        table.add_row(
+            t.task_id,
+            f"[{_VERDICT_STYLE[t.verdict]}]{t.verdict}[/]",
+            *[f"[{_STYLE[by.get(n, 'n/a')]}]{by.get(n, 'n/a')}[/]" for n in names],
+        )
+    out.print(table)
+    lines = [(t, reason) for t in report.tasks for reason in t.reasons[:1]]
+    for t, reason in lines[:20]:
+        out.print(f"  [{_VERDICT_STYLE[t.verdict]}]{t.task_id}[/]: {reason}")
+    if len(lines) > 20:
+        out.print(f"  ... and {len(lines) - 20} more tasks with findings (see vet.json)")
+    for c in report.env_checks:
+        out.print(f"[{_STYLE[c.status]}]{c.status:>4}[/] {c.name}: {c.summary}")
+    counts = ", ".join(f"{k} {v}" for k, v in report.verdict_counts.items() if v)
+    out.print(
+        f"quality score [bold]{report.quality_score:.1f}[/] ({counts}); "
+        f"{report.episodes} episodes, {report.infra_errors} infra errors, {report.elapsed_s:.0f}s; "
+        f"{out_dir / 'vet.json'}"
+    )
+
+
+def arena_cmd(
+    envs: Annotated[list[str], typer.Argument(help="Environments to vet and rank.")],
+    agent: Annotated[str, typer.Option("--agent", "-a")] = "smollm2",
+    samples: Annotated[int, typer.Option("--samples", "-k")] = 4,
+    oracle_runs: Annotated[int, typer.Option("--oracle-runs")] = 5,
+    group_size: Annotated[int, typer.Option("--group-size")] = 8,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c")] = 2,
+    tasks: Annotated[int | None, typer.Option("--tasks", "-n")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Arena directory.")] = None,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="HTML page (default OUT/arena.html).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Vet several environments and rank them: environments, not models."""
+    from envlab.vet.arena import rank, write_html
+
+    cfg = _config(samples, oracle_runs, group_size, concurrency, tasks, not as_json)
+    out_dir = out_dir or Path("runs") / f"arena-{time.strftime('%Y%m%d-%H%M%S')}"
+    reports = []
+    for i, name in enumerate(envs):
+        reports.append(asyncio.run(_vet_one(name, agent, out_dir / f"{i:02d}-{_safe(name)}", cfg)))
+    ranking = rank(reports)
+    page = write_html(ranking, reports, html or out_dir / "arena.html")
+    (out_dir / "arena.json").write_text(
+        json.dumps([r.model_dump(mode="json") for r in ranking], indent=2)
+    )
+    if as_json:
+        out.print_json(json.dumps([r.model_dump(mode="json") for r in ranking]))
+        return
+    table = Table(title="arena: environments ranked")
+    for col in (
+        "rank",
+        "environment",
+        "score",
+        "clean",
+        "ok",
+        "quarantine",
+        "broken",
+        "trivial",
+        "dead",
+        "tasks",
+    ):
+        table.add_column(col, justify="right" if col not in ("environment",) else "left")
+    for r in ranking:
+        c = r.verdict_counts
+        table.add_row(
+            str(r.rank),
+            r.env_id,
+            f"{r.quality_score:.1f}",
+            "yes" if r.clean else "[red]no[/]",
+            str(c["ok"]),
+            str(c["quarantine"]),
+            str(c["broken"]),
+            str(c["trivial"]),
+            str(c["dead"]),
+            str(r.tasks),
+        )
+    out.print(table)
+    out.print(f"wrote {page}")
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name.rstrip("/"))[-60:]

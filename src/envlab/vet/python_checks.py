@@ -1,0 +1,299 @@
+"""Checks that look across tasks: leaks and trivial strategies of answer-matching (Python)
+environments, trainability with a real agent, and statistical adequacy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from envlab.core import Task
+from envlab.envs.answers import format_number
+from envlab.vet.checks import PASS_THRESHOLD, TOO_EASY, TOO_HARD, TaskEvidence, _scored, result
+from envlab.vet.leak import _token_re, is_trivial, normalize
+from envlab.vet.model import CheckResult, EnvCheck
+from envlab.vet.probes import options
+
+LEAK_ALPHA = 0.01
+"""Significance of the one-sided test that answers appear in prompts more than by chance."""
+LEAK_MIN_RATE = 0.5
+"""A leak is systematic: at least this share of the distinctive answers is in their prompt."""
+TRIVIAL_MARGIN = 0.05
+"""A trivial strategy fails the check when its pass rate's 95% lower bound exceeds chance by
+more than this."""
+
+
+@dataclass(slots=True)
+class PythonFindings:
+    leak: dict[str, CheckResult] = field(default_factory=dict)
+    trivial: dict[str, CheckResult] = field(default_factory=dict)
+    env_checks: list[EnvCheck] = field(default_factory=list)
+
+
+def _answer_text(answer: object) -> str:
+    if isinstance(answer, float | int) and not isinstance(answer, bool):
+        return format_number(float(answer))
+    return str(answer)
+
+
+def _in_prompt(answer: str, prompt: str) -> bool:
+    return bool(answer) and bool(_token_re(normalize(answer)).search(normalize(prompt)))
+
+
+def python_env_findings(tasks: list[Task], evidence: dict[str, TaskEvidence]) -> PythonFindings:
+    from scipy import stats
+
+    from envlab.measure.stats import proportion_ci
+
+    f = PythonFindings()
+    # --- answer leak: answers in prompts, against the rate of other tasks' answers ----------
+    answers = [_answer_text(t.answer) for t in tasks]
+    n = len(tasks)
+    # only distinctive answers count: "0" or "12" in a prompt of numbers is a coincidence
+    distinctive = [not is_trivial(a) and len(normalize(a)) >= 3 for a in answers]
+    hits = [
+        d and _in_prompt(a, t.prompt) for d, a, t in zip(distinctive, answers, tasks, strict=True)
+    ]
+    shifted = (
+        [
+            distinctive[(i + 1) % n] and _in_prompt(answers[(i + 1) % n], tasks[i].prompt)
+            for i in range(n)
+        ]
+        if n > 1
+        else [False] * n
+    )
+    m = sum(distinctive)
+    k, k0 = sum(hits), sum(shifted)
+    p_value = (
+        float(stats.fisher_exact([[k, m - k], [k0, m - k0]], alternative="greater")[1])
+        if m
+        else 1.0
+    )
+    systematic = m > 0 and k / m >= LEAK_MIN_RATE and (p_value < LEAK_ALPHA or m < 10)
+    f.env_checks.append(
+        EnvCheck(
+            name="answer_leak",
+            status="fail" if systematic else "pass",
+            summary=(
+                f"distinctive answers appear in {k}/{m} prompts vs {k0}/{m} for other tasks' "
+                f"answers (one-sided Fisher p = {p_value:.2g})"
+            ),
+            evidence={
+                "hits": k,
+                "baseline_hits": k0,
+                "distinctive_answers": m,
+                "tasks": n,
+                "p_value": p_value,
+            },
+        )
+    )
+    for task, hit, ans in zip(tasks, hits, answers, strict=True):
+        if hit and systematic:
+            f.leak[task.id] = result(
+                "answer_leak",
+                "fail",
+                "the prompt contains the answer",
+                hits=[{"where": "prompt", "needle": ans[:200], "match": "exact"}],
+            )
+        elif hit:
+            f.leak[task.id] = result(
+                "answer_leak",
+                "warn",
+                "the answer appears in the prompt, no more often than chance across tasks",
+                needle=ans[:200],
+            )
+        else:
+            f.leak[task.id] = result("answer_leak", "pass", "the answer is not in the prompt")
+    # --- trivial strategies: constant answers, echoing the prompt, vs chance ----------------
+    strategies = sorted(
+        {p for ev in evidence.values() for p in ev.by_probe if p.startswith("constant_")}
+        | {"echo_prompt"}
+    )
+    chance = sum(1 / len(options(t.prompt)) if options(t.prompt) else 0.0 for t in tasks) / max(
+        n, 1
+    )
+    beaten: dict[str, dict[str, float]] = {}
+    rates: dict[str, float] = {}
+    for s in strategies:
+        passes = [
+            (_scored(evidence[t.id].by_probe.get(s, [])) or [0.0])[0] >= PASS_THRESHOLD - 1e-9
+            for t in tasks
+        ]
+        c = sum(passes)
+        rates[s] = c / max(n, 1)
+        low = proportion_ci(c, max(n, 1), method="exact").low if n else 0.0
+        if low > chance + TRIVIAL_MARGIN:
+            beaten[s] = {"pass_rate": c / n, "lower_95": round(low, 4)}
+    f.env_checks.append(
+        EnvCheck(
+            name="trivial_strategies",
+            status="fail" if beaten else "pass",
+            summary=(
+                "trivial strategies beat chance: " + ", ".join(beaten)
+                if beaten
+                else f"no trivial strategy beats chance ({chance:.0%})"
+            ),
+            evidence={"chance": chance, "pass_rates": rates, "beating_chance": beaten},
+        )
+    )
+    for t in tasks:
+        won = [
+            s
+            for s in beaten
+            if (_scored(evidence[t.id].by_probe.get(s, [])) or [0.0])[0] >= PASS_THRESHOLD - 1e-9
+        ]
+        if won:
+            f.trivial[t.id] = result(
+                "trivial_strategies",
+                "fail",
+                f"solved by {', '.join(won)}, a strategy that beats chance across the environment",
+                strategies=won,
+            )
+        else:
+            f.trivial[t.id] = result(
+                "trivial_strategies", "pass", "no trivial strategy that beats chance solves it"
+            )
+    return f
+
+
+@dataclass(slots=True)
+class Trainability:
+    per_task: dict[str, CheckResult]
+    env_check: EnvCheck
+
+
+def trainability(
+    tasks: list[Task], evidence: dict[str, TaskEvidence], enabled: bool, group_size: int
+) -> Trainability:
+    if not enabled:
+        na = result("trainability", "n/a", "no agent given (--agent); trainability not measured")
+        return Trainability(
+            {t.id: na for t in tasks},
+            EnvCheck(name="trainability", status="n/a", summary="skipped: no agent"),
+        )
+    per: dict[str, CheckResult] = {}
+    stats_rows = {}
+    all_scored: list[float] = []
+    infra = total = 0
+    for t in tasks:
+        trajs = evidence[t.id].by_probe.get("agent", [])
+        total += len(trajs)
+        infra += sum(not tr.scored for tr in trajs)
+        rewards = _scored(trajs)
+        all_scored += rewards
+        p = sum(r >= PASS_THRESHOLD - 1e-9 for r in rewards) / len(rewards) if rewards else None
+        stats_rows[t.id] = (rewards, p)
+    overall = (
+        sum(r >= PASS_THRESHOLD - 1e-9 for r in all_scored) / len(all_scored) if all_scored else 0.0
+    )
+    any_variance = any(len(set(r)) > 1 for r, _ in stats_rows.values())
+    weak = overall == 0.0 and not any_variance
+    dead_count = 0
+    for t in tasks:
+        rewards, p = stats_rows[t.id]
+        if not rewards:
+            per[t.id] = result("trainability", "warn", "no scored agent episode")
+            continue
+        dead = len(set(rewards)) == 1
+        dead_count += dead
+        p_dead = (p**group_size + (1 - p) ** group_size) if p is not None else None
+        band = (
+            "too easy"
+            if p is not None and p >= TOO_EASY
+            else ("too hard" if p is not None and p <= TOO_HARD else "in band")
+        )
+        ev = {
+            "rewards": rewards,
+            "pass_rate": p,
+            "dead_group": dead,
+            "p_dead_at_G": None if p_dead is None else round(p_dead, 4),
+            "G": group_size,
+            "band": band,
+        }
+        if dead and weak:
+            per[t.id] = result(
+                "trainability",
+                "warn",
+                "every sample failed, and the agent solves nothing in this environment: "
+                "too weak to judge; vet with a stronger --agent",
+                **ev,
+            )
+        elif dead:
+            per[t.id] = result(
+                "trainability",
+                "fail",
+                f"all {len(rewards)} samples got {rewards[0]:g}: a dead GRPO group ({band}); "
+                f"P(dead) at G={group_size} is {p_dead:.2f}",
+                **ev,
+            )
+        else:
+            per[t.id] = result(
+                "trainability",
+                "pass",
+                f"pass rate {p:.0%}, P(dead) at G={group_size} {p_dead:.2f} ({band})",
+                **ev,
+            )
+    env = EnvCheck(
+        name="trainability",
+        status="warn" if weak or infra else "pass",
+        summary=(
+            f"agent pass rate {overall:.0%}; {dead_count}/{len(tasks)} dead groups; "
+            f"{infra}/{total} episodes not scored (infra or env errors)"
+            + ("; the agent solves nothing here: too weak to judge" if weak else "")
+        ),
+        evidence={
+            "pass_rate": overall,
+            "dead_groups": dead_count,
+            "tasks": len(tasks),
+            "infra_or_env_errors": infra,
+            "episodes": total,
+            "G": group_size,
+        },
+    )
+    return Trainability(per, env)
+
+
+def adequacy(
+    tasks: list[Task], evidence: dict[str, TaskEvidence], enabled: bool, cfg: object
+) -> EnvCheck:
+    """Minimum detectable difference between two agents at 80% power, alpha 0.05."""
+    from envlab.measure.power import (
+        VarianceComponents,
+        minimum_detectable_difference,
+        variance_components,
+    )
+
+    n = len(tasks)
+    k = getattr(cfg, "samples", 1) if enabled else 1
+    groups = (
+        {t.id: _scored(evidence[t.id].by_probe.get("agent", [])) for t in tasks} if enabled else {}
+    )
+    source = "the agent's rewards"
+    try:
+        var = variance_components({k_: v for k_, v in groups.items() if v})
+    except ValueError:
+        var = VarianceComponents(between=0.25, within=0.0)
+        source = "worst case for 0/1 rewards (variance 0.25)"
+    if var.between == 0 and var.within == 0:
+        var = VarianceComponents(between=0.25, within=0.0)
+        source = "worst case for 0/1 rewards (variance 0.25): the agent's rewards did not vary"
+    if n < 1:
+        return EnvCheck(name="adequacy", status="n/a", summary="no tasks")
+    # a paired comparison of two agents: the variance of a difference is about twice one run's
+    paired = VarianceComponents(between=2 * var.between, within=2 * var.within)
+    mdd = minimum_detectable_difference(n, paired, k=max(1, k))
+    status = "pass" if mdd <= 0.05 else "warn"
+    return EnvCheck(
+        name="adequacy",
+        status=status,
+        summary=(
+            f"with {n} tasks x {k} samples, two agents must differ by {100 * mdd:.1f} points to be "
+            "told apart (80% power, alpha 0.05, paired)"
+        ),
+        evidence={
+            "tasks": n,
+            "samples": k,
+            "mdd": mdd,
+            "variance_between": var.between,
+            "variance_within": var.within,
+            "variance_source": source,
+        },
+    )

@@ -1,0 +1,55 @@
+"""``envlab vet`` on Python environments: the right verdict from the right check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from envlab.envs import load_env
+from envlab.vet.model import EnvVet
+from envlab.vet.runner import VetConfig, vet_environment
+
+
+async def vet(name: str, tmp_path: Path, tasks: int | None = None) -> EnvVet:
+    env = load_env(name)
+    cfg = VetConfig(oracle_runs=3, tasks=tasks, progress=False)
+    return await vet_environment(env, env_id=name, out_dir=tmp_path / "vet", config=cfg)
+
+
+def failing(report: EnvVet, check: str) -> set[str]:
+    return {
+        t.task_id for t in report.tasks for c in t.checks if c.name == check and c.status == "fail"
+    }
+
+
+@pytest.mark.parametrize("name", ["arith", "calc"])
+async def test_builtin_envs_are_ok(name: str, tmp_path: Path) -> None:
+    report = await vet(name, tmp_path, tasks=60)
+    assert report.verdict_counts["ok"] == 60, [t.reasons for t in report.tasks if t.reasons][:3]
+    assert report.clean and report.quality_score == 100.0
+    assert (tmp_path / "vet" / "vet.json").is_file()
+    assert (tmp_path / "vet" / "trajectories.jsonl").is_file()
+
+
+async def test_constant_answer_beating_chance_is_trivial(tmp_path: Path) -> None:
+    report = await vet("tests.fixtures.vet_envs:AlwaysYesEnv", tmp_path)
+    assert {t.verdict for t in report.tasks} == {"trivial"}
+    assert failing(report, "trivial_strategies") == {t.task_id for t in report.tasks}
+    env_check = next(c for c in report.env_checks if c.name == "trivial_strategies")
+    assert env_check.status == "fail" and "constant_yes" in env_check.evidence["beating_chance"]
+
+
+async def test_answer_in_prompt_is_quarantined(tmp_path: Path) -> None:
+    report = await vet("tests.fixtures.vet_envs:LeakyPromptEnv", tmp_path)
+    assert {t.verdict for t in report.tasks} == {"quarantine"}
+    assert failing(report, "answer_leak") == {t.task_id for t in report.tasks}
+    assert not report.clean
+
+
+async def test_state_carried_across_resets_is_broken(tmp_path: Path) -> None:
+    report = await vet("tests.fixtures.vet_envs:StickyResetEnv", tmp_path)
+    assert {t.verdict for t in report.tasks} == {"broken"}
+    assert failing(report, "reset_hygiene") == {t.task_id for t in report.tasks}
+    check = next(c for c in report.tasks[0].checks if c.name == "reset_hygiene")
+    assert check.evidence["differing_keys"] == ["episodes_seen"]
