@@ -33,8 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from envlab.sandbox import BubblewrapSandbox
-from envlab.sandbox.bwrap import state_dir
 from envlab.sandbox.layout import bwrap_binary, host_layout
+from envlab.sandbox.workspace import state_dir
 
 
 def bare_bwrap_argv(workspace: Path) -> list[str]:

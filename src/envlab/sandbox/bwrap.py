@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from envlab.core.errors import ConfigError
 from envlab.sandbox.base import Command, ExecResult, Mount, Sandbox, SandboxError
@@ -29,45 +29,11 @@ from envlab.sandbox.layout import bwrap_binary, host_layout
 from envlab.sandbox.limits import Cgroup, Limits
 from envlab.sandbox.process import run_process
 from envlab.sandbox.uids import kill_uid, lease_uid
+from envlab.sandbox.workspace import chown_tree, copy_tree, state_dir
 
 log = logging.getLogger(__name__)
 
 APP = "/app"
-
-
-_made: set[Path] = set()
-
-
-def state_dir() -> Path:
-    """Where sandboxes keep their workspaces and uid locks (``ENVLAB_SANDBOX_DIR``)."""
-    path = Path(os.environ.get("ENVLAB_SANDBOX_DIR", "/tmp/envlab-sandbox"))
-    if path not in _made:
-        path.mkdir(mode=0o711, parents=True, exist_ok=True)
-        (path / "boxes").mkdir(mode=0o711, exist_ok=True)
-        _made.add(path)
-    return path
-
-
-def chown_tree(root: Path, uid: int, gid: int) -> None:
-    """Give ``root`` and everything below it to ``uid``; never follows a symlink."""
-    os.chown(root, uid, gid, follow_symlinks=False)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
-
-
-def copy_tree(src: Path, dst: Path) -> None:
-    """Copy a workspace template: symlinks stay symlinks, special files are skipped."""
-    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, ignore=_special_files)
-
-
-def _special_files(directory: str, names: list[str]) -> list[str]:
-    skip = []
-    for name in names:
-        p = os.path.join(directory, name)
-        if not (os.path.islink(p) or os.path.isfile(p) or os.path.isdir(p)):
-            skip.append(name)
-    return skip
 
 
 class _StartGate:
@@ -143,16 +109,24 @@ class BubblewrapSandbox(Sandbox):
         self._running: set[int] = set()
         self._state = state_dir()
         self._layout = host_layout(self._state)
-        boxes = self._state / "boxes"
-        self._lease = lease_uid(self._state)
-        self.uid = self._lease.uid
         self._rootless = os.geteuid() != 0
+        boxes = self._state / "boxes"
         self._app = Path(app_dir) if app_dir is not None else boxes / f"{self.name}.app"
         self._adopted = app_dir is not None
-        self._app.mkdir(mode=0o755, exist_ok=True)
         self._tmp = boxes / f"{self.name}.tmp"
-        self._tmp.mkdir(mode=0o700)
-        self._cgroup = Cgroup.create(self.name, self.limits)
+        self._lease = lease_uid(self._state)
+        self.uid = self._lease.uid
+        self._cgroup: Cgroup | None = None
+        try:
+            self._app.mkdir(mode=0o755, exist_ok=self._adopted)
+            self._tmp.mkdir(mode=0o700)
+            self._cgroup = Cgroup.create(self.name, self.limits)
+        except BaseException:
+            self._lease.release()
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            if not self._adopted:
+                shutil.rmtree(self._app, ignore_errors=True)
+            raise
         self.env = {
             "PATH": self._layout.path,
             "HOME": APP,
@@ -167,9 +141,10 @@ class BubblewrapSandbox(Sandbox):
         self._prefix = self._static_args()
 
     @classmethod
-    async def create(cls, template: Path | None = None, **kwargs: object) -> BubblewrapSandbox:
-        """A sandbox whose workspace starts as a copy of ``template`` (a host directory)."""
-        box = cls(**kwargs)  # type: ignore[arg-type]
+    async def create(cls, template: Path | None = None, **kwargs: Any) -> BubblewrapSandbox:
+        """A sandbox whose workspace starts as a copy of ``template`` (a host directory);
+        ``kwargs`` are those of the constructor."""
+        box = cls(**kwargs)
         try:
             if template is None and not box._mounts:  # two chowns: not worth a thread
                 box.prepare()

@@ -15,12 +15,13 @@ import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from envlab.sandbox.base import Command, ExecResult, Sandbox, SandboxError
-from envlab.sandbox.bwrap import APP, copy_tree
+from envlab.sandbox.bwrap import APP
 from envlab.sandbox.limits import Limits, rlimit_prefix
 from envlab.sandbox.process import run_process
+from envlab.sandbox.workspace import copy_tree
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +64,8 @@ class LocalSandbox(Sandbox):
         }
 
     @classmethod
-    async def create(cls, template: Path | None = None, **kwargs: object) -> LocalSandbox:
-        box = cls(**kwargs)  # type: ignore[arg-type]
+    async def create(cls, template: Path | None = None, **kwargs: Any) -> LocalSandbox:
+        box = cls(**kwargs)
         if template is not None:
             copy_tree(Path(template), box._app)
         return box

@@ -34,11 +34,12 @@ from envlab.envs.taskfolder.dockerfile import (
 )
 from envlab.envs.taskfolder.model import TaskFolder
 from envlab.sandbox import BubblewrapSandbox, Limits, Sandbox
-from envlab.sandbox.bwrap import chown_tree
+from envlab.sandbox.workspace import chown_tree
 
 BUILDER_VERSION = "1"
 SETUP_SCRIPT = "setup.sh"
-_locks: dict[str, asyncio.Lock] = {}
+_locks: dict[tuple[int, str], asyncio.Lock] = {}
+"""One build at a time per (event loop, build key)."""
 
 
 class PreparedWorkspace(BaseModel):
@@ -96,7 +97,7 @@ async def prepare_workspace(task: TaskFolder) -> PreparedWorkspace:
     meta = dest / "build.json"
     if meta.is_file():
         return PreparedWorkspace.model_validate_json(meta.read_text())
-    lock = _locks.setdefault(key, asyncio.Lock())
+    lock = _locks.setdefault((id(asyncio.get_running_loop()), key), asyncio.Lock())
     async with lock:
         if meta.is_file():
             return PreparedWorkspace.model_validate_json(meta.read_text())

@@ -32,7 +32,7 @@ from envlab.envs.taskfolder.build import PreparedWorkspace, prepare_workspace
 from envlab.envs.taskfolder.model import TaskFolder, find_task_folders
 from envlab.envs.taskfolder.verifier import run_verifier
 from envlab.sandbox import BubblewrapSandbox, ExecResult, Limits, Mount, SandboxFileError
-from envlab.sandbox.bwrap import state_dir
+from envlab.sandbox.workspace import state_dir
 
 SHOWN_OUTPUT = 16_000
 """Characters of stdout and of stderr a tool result shows (head and tail)."""

@@ -25,8 +25,8 @@ from envlab.core.rubric import Reward
 from envlab.envs.taskfolder.build import PreparedWorkspace
 from envlab.envs.taskfolder.model import TaskFolder
 from envlab.sandbox import BubblewrapSandbox, ExecResult, Limits, Mount
-from envlab.sandbox.bwrap import state_dir
 from envlab.sandbox.layout import host_layout
+from envlab.sandbox.workspace import state_dir
 
 LOGS = "/logs/verifier"
 WRAPPERS = "/opt/envlab/bin"
