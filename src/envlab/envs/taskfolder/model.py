@@ -133,16 +133,30 @@ class TaskFolder:
         return p if p.is_file() else None
 
     def content_hash(self, parts: tuple[str, ...] = ("",)) -> str:
-        """Hash of the files under ``parts`` (relative folders; ``""`` is the whole folder)."""
+        """Hash of the files under ``parts`` (relative folders; ``""`` is the whole folder).
+
+        Remembered per (path, size, mtime) of every file: files are read again only when one
+        of them changed."""
+        files = [f for part in parts for f in _files(self.path / part if part else self.path)]
+        stamp = tuple((str(f), *_stat_key(f)) for f in files)
+        known = _hashes.get(stamp)
+        if known is not None:
+            return known
         h = hashlib.sha256()
-        for part in parts:
-            root = self.path / part if part else self.path
-            for f in _files(root):
-                rel = f.relative_to(self.path).as_posix()
-                st = f.lstat()
-                h.update(f"{rel}\0{st.st_mode:o}\0".encode())
-                h.update(os.readlink(f).encode() if f.is_symlink() else f.read_bytes())
-        return h.hexdigest()[:16]
+        for f in files:
+            rel = f.relative_to(self.path).as_posix()
+            h.update(f"{rel}\0{f.lstat().st_mode:o}\0".encode())
+            h.update(os.readlink(f).encode() if f.is_symlink() else f.read_bytes())
+        _hashes[stamp] = digest = h.hexdigest()[:16]
+        return digest
+
+
+_hashes: dict[tuple[tuple[object, ...], ...], str] = {}
+
+
+def _stat_key(f: Path) -> tuple[int, int, int]:
+    st = f.lstat()
+    return st.st_size, st.st_mtime_ns, st.st_mode
 
 
 def _files(root: Path) -> list[Path]:
