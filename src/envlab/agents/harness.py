@@ -1,0 +1,303 @@
+"""``ToolCallingHarness``: a chat model becomes an agent that calls an environment's tools.
+
+Each ``act`` sends the conversation so far to the model and turns its reply into an ``Action``:
+
+- tool calls come from the reply's native ``tool_calls`` or, failing that, from its text
+  (``<tool_call>{json}</tool_call>``, a fenced JSON block, a bare JSON object; see
+  ``envlab.models.toolcalls``); a call with broken JSON goes to the environment as it is, with
+  string arguments, and the environment's error message comes back to the model;
+- a reply with no tool call is the final answer;
+- tool results go back as ``tool`` messages (``tool_call_id``), other observations as ``user``.
+
+Limits per episode (turns, completion tokens, wall time) end the episode with the text so far as
+the answer and ``info["harness_stop"]`` naming the limit. The model's token ids and logprobs,
+when the server returns them, add up to the episode's ``TokenView``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from envlab.core import Action, Agent, AgentSpec, EpisodeContext, Observation, TokenView, ToolCall
+from envlab.models.client import ModelReply, OpenAICompatModel
+from envlab.models.toolcalls import parse_tool_calls, render_tool_response, render_tools_prompt
+
+HARNESS_NAME = "tool-calling"
+HARNESS_VERSION = "1"
+
+DEFAULT_INSTRUCTIONS = (
+    "Use the tools when they help: call one, read its result, then go on. When you have the "
+    "answer, reply with the final answer only, without a tool call."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessLimits:
+    """What one episode may spend: model calls, completion tokens, seconds."""
+
+    max_turns: int = 16
+    max_tokens: int = 8192
+    max_time_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1 or self.max_tokens < 1 or self.max_time_s <= 0:
+            raise ValueError(f"harness limits must be positive, got {self}")
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessSettings:
+    """How the harness talks to the model."""
+
+    instructions: str = DEFAULT_INSTRUCTIONS
+    """Appended to the environment's system prompt."""
+    tool_mode: Literal["native", "text"] = "native"
+    """``native``: tools in the request's ``tools``; ``text``: tools written into the system
+    prompt (Hermes) for servers without tool support, calls read from the text."""
+    required_tool_turns: int = 0
+    """The first N turns send ``tool_choice="required"`` (for small models that never start)."""
+    parallel_tool_calls: bool | None = None
+    seed_from_episode: bool = True
+    """Send ``seed = episode seed + turn`` (reproducible samples) unless sampling fixes one."""
+
+
+@dataclass(slots=True)
+class _TokenLog:
+    """Token ids of the turns so far, as one prompt and one masked completion."""
+
+    prompt: list[int] | None = None
+    full: list[int] = field(default_factory=list)
+    completion: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = field(default_factory=list)
+    broken: str | None = None
+
+    def add(self, turn: int, reply: ModelReply) -> None:
+        if self.broken:
+            return
+        p, c = reply.prompt_ids, reply.completion_ids
+        if p is None or c is None:
+            self.broken = f"turn {turn}: the server returned no token ids"
+            return
+        lps = (
+            reply.logprobs if reply.logprobs is not None and len(reply.logprobs) == len(c) else None
+        )
+        if lps is None:
+            self.logprobs = None
+        if self.prompt is None:
+            self.prompt, extra = list(p), []
+        elif p[: len(self.full)] == self.full:
+            extra = p[len(self.full) :]
+        else:
+            self.broken = (
+                f"turn {turn}: the prompt does not extend the earlier turns' tokens "
+                "(the conversation was re-rendered differently)"
+            )
+            return
+        self.completion += extra + list(c)
+        self.mask += [0] * len(extra) + [1] * len(c)
+        if self.logprobs is not None and lps is not None:
+            self.logprobs += [0.0] * len(extra) + lps
+        self.full = list(p) + list(c)
+
+    def view(self) -> TokenView | None:
+        if self.broken or self.prompt is None:
+            return None
+        return TokenView(
+            prompt_ids=self.prompt,
+            completion_ids=self.completion,
+            loss_mask=self.mask,
+            logprobs=self.logprobs or [],
+        )
+
+
+def _to_tool_call(name: str, arguments: Any, call_id: str) -> ToolCall:
+    if isinstance(arguments, str):
+        try:
+            decoded = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError:
+            decoded = None
+        if isinstance(decoded, dict):
+            arguments = decoded
+    return ToolCall(name, arguments, id=call_id)
+
+
+class ToolCallingHarness(Agent):
+    """An agent made of a chat model (``OpenAICompatModel``) and the tool-calling loop."""
+
+    name = HARNESS_NAME
+
+    def __init__(
+        self,
+        model: Callable[[], OpenAICompatModel],
+        *,
+        agent_name: str,
+        model_id: str,
+        endpoint: str,
+        weights_hash: str | None = None,
+        limits: HarnessLimits | None = None,
+        settings: HarnessSettings | None = None,
+    ) -> None:
+        self._make_model = model
+        self.agent_name = agent_name
+        self.model_id = model_id
+        self.endpoint = endpoint
+        self.weights_hash = weights_hash
+        self.limits = limits or HarnessLimits()
+        self.settings = settings or HarnessSettings()
+        self._model: OpenAICompatModel | None = None
+        self._probe = model()  # settings of the model client, for the spec
+        self._reset()
+
+    def _reset(self) -> None:
+        self._messages: list[dict[str, Any]] = []
+        self._tools: list[dict[str, Any]] = []
+        self._turn = 0
+        self._tokens = 0
+        self._t0 = time.monotonic()
+        self._seed = 0
+        self._last_text = ""
+        self._log = _TokenLog()
+
+    @property
+    def spec(self) -> AgentSpec:
+        s = self.settings
+        sampling: dict[str, Any] = self._probe.sampling.to_dict()
+        if "seed" not in sampling and s.seed_from_episode:
+            sampling["seed"] = "episode seed + turn"
+        if s.required_tool_turns:
+            sampling["tool_choice"] = f"required for the first {s.required_tool_turns} turn(s)"
+        if s.parallel_tool_calls is not None:
+            sampling["parallel_tool_calls"] = s.parallel_tool_calls
+        if self._probe.logprobs:
+            sampling["logprobs"] = True
+        harness = f"{HARNESS_NAME}/{s.tool_mode}"
+        if s.instructions != DEFAULT_INSTRUCTIONS:
+            digest = hashlib.sha256(s.instructions.encode()).hexdigest()[:12]
+            harness += f"+instructions:{digest}"
+        limits = asdict(self.limits)
+        limits.update(timeout_s=self._probe.timeout_s, max_retries=self._probe.retry.max_retries)
+        return AgentSpec(
+            name=self.agent_name,
+            model_id=self.model_id,
+            endpoint=self.endpoint,
+            weights_hash=self.weights_hash,
+            sampling=sampling,
+            harness=harness,
+            harness_version=HARNESS_VERSION,
+            limits=limits,
+        )
+
+    async def start(self, ctx: EpisodeContext) -> None:
+        self._reset()
+        self._model = self._make_model()
+        self._seed = ctx.seed
+        self._tools = [t.to_openai() for t in ctx.tools]
+        parts = [p for p in (ctx.system_prompt, self.settings.instructions) if p]
+        if self.settings.tool_mode == "text" and self._tools:
+            parts.append(render_tools_prompt(self._tools))
+        if parts:
+            self._messages.append({"role": "system", "content": "\n\n".join(parts)})
+
+    def _observe(self, observation: Observation) -> None:
+        if self.settings.tool_mode == "native":
+            self._messages.extend(observation.to_messages())
+            return
+        for r in observation.tool_results:  # text mode: the server knows no tool messages
+            self._messages.append({"role": "user", "content": render_tool_response(r.content)})
+        if observation.text:
+            self._messages.append({"role": "user", "content": observation.text})
+
+    def _stop(self, reason: str) -> Action:
+        return Action(text=self._last_text, info={"harness_stop": reason})
+
+    async def act(self, observation: Observation) -> Action:
+        assert self._model is not None, "act() before start()"
+        self._observe(observation)
+        lim = self.limits
+        elapsed = time.monotonic() - self._t0
+        if self._turn >= lim.max_turns:
+            return self._stop(f"max_turns ({lim.max_turns})")
+        if self._tokens >= lim.max_tokens:
+            return self._stop(f"max_tokens ({lim.max_tokens})")
+        if elapsed >= lim.max_time_s:
+            return self._stop(f"max_time_s ({lim.max_time_s})")
+        s = self.settings
+        native = s.tool_mode == "native" and bool(self._tools)
+        per_turn = self._model.sampling.max_tokens
+        left = lim.max_tokens - self._tokens
+        seed = None
+        if self._model.sampling.seed is None and s.seed_from_episode:
+            seed = (self._seed + self._turn) & 0x7FFFFFFF
+        reply = await self._model.chat(
+            self._messages,
+            tools=self._tools if native else None,
+            tool_choice="required" if native and self._turn < s.required_tool_turns else None,
+            parallel_tool_calls=s.parallel_tool_calls if native else None,
+            timeout_s=min(self._model.timeout_s, lim.max_time_s - elapsed),
+            max_tokens=min(per_turn, left) if per_turn else left,
+            seed=seed,
+        )
+        self._turn += 1
+        self._tokens += reply.usage.get("completion_tokens") or len(reply.completion_ids or [])
+        self._log.add(self._turn, reply)
+        return self._action(reply, native)
+
+    def _action(self, reply: ModelReply, native: bool) -> Action:
+        calls: list[ToolCall]
+        text = reply.text
+        fmt = "native"
+        if reply.tool_calls:
+            calls = [
+                _to_tool_call(c.function.name, c.function.arguments, c.id or self._call_id(i))
+                for i, c in enumerate(reply.tool_calls)
+            ]
+        else:
+            parsed = parse_tool_calls(reply.text)
+            calls = [
+                _to_tool_call(c.name, c.arguments, self._call_id(i))
+                for i, c in enumerate(parsed.calls)
+            ]
+            if calls:
+                text, fmt = parsed.content, parsed.calls[0].format
+        if native or not calls:
+            msg: dict[str, Any] = {"role": "assistant", "content": text}
+            if calls:
+                msg["tool_calls"] = [c.to_dict() for c in calls]
+        else:  # text mode: the model's own words go back as they were
+            msg = {"role": "assistant", "content": reply.text}
+        self._messages.append(msg)
+        self._last_text = text
+        info: dict[str, Any] = {
+            "model": reply.model,
+            "finish_reason": reply.finish_reason,
+            "usage": reply.usage,
+            "attempts": reply.attempts,
+            "latency_s": round(reply.latency_s, 4),
+        }
+        if calls:
+            info["tool_call_format"] = fmt
+        if fmt != "native" or not calls:
+            info["raw_text"] = reply.text
+        if reply.completion_ids is not None:
+            info["completion_ids"] = reply.completion_ids
+        if reply.logprobs is not None:
+            info["logprobs"] = [round(x, 5) for x in reply.logprobs]
+        if self._log.broken:
+            info["token_view"] = f"dropped: {self._log.broken}"
+        return Action(text=text, tool_calls=calls, info=info)
+
+    def _call_id(self, i: int) -> str:
+        return f"call_{self._turn}_{i}"
+
+    def token_view(self) -> TokenView | None:
+        return self._log.view()
+
+    async def close(self) -> None:
+        if self._model is not None:
+            await self._model.aclose()
+            self._model = None

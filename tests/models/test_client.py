@@ -1,0 +1,136 @@
+"""OpenAICompatModel against a scripted server over real HTTP: retries, backoff, failures."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from envlab.core import InfraError
+from envlab.models.client import (
+    ModelRequestError,
+    OpenAICompatModel,
+    RetryPolicy,
+    Sampling,
+    normalize_base_url,
+    parse_retry_after,
+)
+from tests.models.fake_openai import FakeOpenAI, Scripted, completion, dropped, error
+
+FAST = RetryPolicy(max_retries=3, backoff_s=0.01, max_backoff_s=0.02)
+MSGS = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture
+def fake():
+    with FakeOpenAI() as f:
+        yield f
+
+
+async def test_reply_fields_and_request_body(fake: FakeOpenAI) -> None:
+    fake.push(completion("hello", prompt_ids=[1, 2, 3], token_ids=[7, 8], logprobs=[-0.5, -0.25]))
+    async with OpenAICompatModel(
+        "m", fake.base_url, sampling=Sampling(temperature=0.2, max_tokens=9), logprobs=True
+    ) as model:
+        reply = await model.chat(MSGS, tools=[{"type": "function"}], tool_choice="required")
+    assert reply.text == "hello"
+    assert reply.prompt_ids == [1, 2, 3] and reply.completion_ids == [7, 8]
+    assert reply.logprobs == [-0.5, -0.25]
+    assert reply.finish_reason == "stop" and reply.attempts == 1
+    body = fake.requests[0]
+    assert body["model"] == "m" and body["temperature"] == 0.2 and body["max_tokens"] == 9
+    assert body["logprobs"] is True and body["tool_choice"] == "required"
+
+
+async def test_429_then_success_honours_retry_after(fake: FakeOpenAI) -> None:
+    fake.push(error(429, "slow down", {"Retry-After": "0.3"}), completion("ok"))
+    async with OpenAICompatModel("m", fake.base_url, retry=FAST) as model:
+        t0 = time.perf_counter()
+        reply = await model.chat(MSGS)
+        waited = time.perf_counter() - t0
+    assert reply.text == "ok" and reply.attempts == 2
+    assert waited >= 0.3, "Retry-After was not honoured"
+
+
+async def test_500s_until_retries_run_out_raise_infra_error(fake: FakeOpenAI) -> None:
+    fake.push(*[error(500, "boom")] * 4)
+    async with OpenAICompatModel("m", fake.base_url, retry=FAST) as model:
+        with pytest.raises(InfraError, match=r"failed 4 times.*HTTP 500: boom"):
+            await model.chat(MSGS)
+    assert len(fake.requests) == 4
+
+
+async def test_dropped_connection_is_retried(fake: FakeOpenAI) -> None:
+    fake.push(dropped(), completion("after the drop"))
+    async with OpenAICompatModel("m", fake.base_url, retry=FAST) as model:
+        reply = await model.chat(MSGS)
+    assert reply.text == "after the drop" and reply.attempts == 2
+
+
+async def test_dropped_every_time_is_infra_error(fake: FakeOpenAI) -> None:
+    fake.push(*[dropped()] * 4)
+    async with OpenAICompatModel("m", fake.base_url, retry=FAST) as model:
+        with pytest.raises(InfraError, match=r"RemoteProtocolError|ReadError|disconnected"):
+            await model.chat(MSGS)
+
+
+async def test_connection_refused_is_infra_error() -> None:
+    from envlab.models.server import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    async with OpenAICompatModel("m", url, retry=FAST) as model:
+        with pytest.raises(InfraError, match="ConnectError"):
+            await model.chat(MSGS)
+
+
+async def test_timeout_is_retried_then_infra_error(fake: FakeOpenAI) -> None:
+    import socket
+
+    with socket.socket() as s:  # accepts connections (backlog) but never answers
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+        async with OpenAICompatModel(
+            "m", url, timeout_s=0.2, retry=RetryPolicy(max_retries=1, backoff_s=0.01)
+        ) as model:
+            with pytest.raises(InfraError, match="timed out"):
+                await model.chat(MSGS)
+
+
+async def test_not_a_completion_is_retried(fake: FakeOpenAI) -> None:
+    fake.push(Scripted(body={"unexpected": True}), completion("fine"))
+    async with OpenAICompatModel("m", fake.base_url, retry=FAST) as model:
+        reply = await model.chat(MSGS)
+    assert reply.text == "fine" and reply.attempts == 2
+
+
+async def test_refused_request_is_not_retried(fake: FakeOpenAI) -> None:
+    fake.push(error(400, "prompt too long"))
+    async with OpenAICompatModel("m", fake.base_url, retry=FAST) as model:
+        with pytest.raises(ModelRequestError, match="HTTP 400: prompt too long") as info:
+            await model.chat(MSGS)
+    assert info.value.status == 400 and len(fake.requests) == 1
+
+
+def test_backoff_grows_with_jitter_and_caps() -> None:
+    policy = RetryPolicy(backoff_s=1.0, max_backoff_s=4.0, max_retry_after_s=10.0)
+    rng = random.Random(0)
+    first = [policy.delay(1, None, rng) for _ in range(50)]
+    assert all(0.5 <= d <= 1.0 for d in first) and len(set(first)) > 1
+    assert all(2.0 <= policy.delay(5, None, rng) <= 4.0 for _ in range(50))
+    assert policy.delay(1, 3.0, rng) == 3.0
+    assert policy.delay(1, 99.0, rng) == 10.0
+
+
+def test_retry_after_formats() -> None:
+    assert parse_retry_after("2") == 2.0
+    assert parse_retry_after(None) is None and parse_retry_after("soon") is None
+    when = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
+    assert 25 <= (parse_retry_after(when) or 0) <= 31
+
+
+def test_base_url_normalized() -> None:
+    assert normalize_base_url("http://h:1") == "http://h:1/v1"
+    assert normalize_base_url("h:1/") == "http://h:1/v1"
+    assert normalize_base_url("https://api.x.com/openai/v1/") == "https://api.x.com/openai/v1"
