@@ -101,3 +101,27 @@ async def test_shell_agent_needs_a_run_tool(tmp_path: Path) -> None:
         await agent.start(EpisodeContext(task_id="x", prompt="", tools=[], seed=0))
     with pytest.raises(ConfigError, match="cannot read script"):
         ShellScriptAgent(tmp_path / "nope.sh")
+
+
+async def test_regrade_sees_the_same_frozen_workspace(tmp_path: Path) -> None:
+    """The tests run on a copy: what they change, or a FIFO the agent left, cannot touch a
+    second grading of the same final state."""
+    path = make_task(
+        tmp_path,
+        test_sh="""
+        if [ -f /app/answer.txt ] && [ ! -e /app/graded-before ]; then r=1; else r=0; fi
+        touch /app/graded-before
+        echo $r > /logs/verifier/reward.txt
+        """,
+    )
+    env = TerminalEnv(path)
+    try:
+        await env.reset(env.tasks()[0])
+        call = ToolCall("run", {"command": "echo 42 > answer.txt; mkfifo trap.fifo"})
+        await env.step(Action(tool_calls=[call, ToolCall("submit", {})]))
+        first, again = await env.grade(), await env.regrade()
+        assert first is not None and first.total == 1.0
+        assert again.total == 1.0 and again is not first
+        assert not (env.box.host_workdir / "graded-before").exists()  # type: ignore[union-attr]
+    finally:
+        await env.close()

@@ -258,16 +258,22 @@ class TerminalEnv(ToolEnv):
     async def grade(self) -> Reward | None:
         if self._in_step:
             return None
-        if self._reward is not None:
-            return self._reward
+        if self._reward is None:
+            self._reward = await self._verify()
+        return self._reward
+
+    async def regrade(self) -> Reward:
+        """Run the tests again, from scratch, on the same frozen workspace."""
+        return await self._verify()
+
+    async def _verify(self) -> Reward:
         if self.box is None or self.folder is None or self.prepared is None:
             raise InfraError("grade() was called before reset() prepared a sandbox")
         await self.box.kill_all()  # every process of the agent is gone; no command can start
         cfg = self.folder.config.environment
-        self._reward = await run_verifier(
+        return await run_verifier(
             self.folder, self.box.host_workdir, self.prepared, memory_mb=cfg.memory_mb or 4096
         )
-        return self._reward
 
     async def close(self) -> None:
         if self.box is not None:

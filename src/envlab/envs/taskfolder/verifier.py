@@ -1,15 +1,17 @@
 """Grading after the episode, in a separate sandbox the agent never had access to.
 
-The verifier sandbox sees the agent's final workspace at ``/app`` (its processes are all dead by
-then), a pristine copy of the task's ``tests/`` at ``/tests``, and ``/logs/verifier`` that only it
-can write. It runs ``bash /tests/test.sh`` from the workdir with a fixed PATH and a sanitized
-environment. ``python3`` there has ``pytest`` importable and never puts the working directory on
-``sys.path`` for ``-c``/``-m`` (so a ``pytest.py`` or ``json.py`` planted in ``/app`` is not
-imported); ``pytest`` runs with ``-p no:cacheprovider --rootdir=/tests --confcutdir=/tests``.
+The verifier sandbox sees a copy of the agent's final workspace at ``/app`` (its processes are
+all dead by then), a pristine copy of the task's ``tests/`` at ``/tests``, and
+``/logs/verifier`` that only it can write. It runs ``bash /tests/test.sh`` from the workdir with
+a fixed PATH and a sanitized environment. ``python3`` there has ``pytest`` importable and never
+puts the working directory on ``sys.path`` for ``-c``/``-m`` (so a ``pytest.py`` or ``json.py``
+planted in ``/app`` is not imported); ``pytest`` runs with
+``-p no:cacheprovider --rootdir=/tests --confcutdir=/tests``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -26,7 +28,7 @@ from envlab.envs.taskfolder.build import PreparedWorkspace
 from envlab.envs.taskfolder.model import TaskFolder
 from envlab.sandbox import BubblewrapSandbox, ExecResult, Limits, Mount
 from envlab.sandbox.layout import host_layout
-from envlab.sandbox.workspace import state_dir
+from envlab.sandbox.workspace import copy_tree, state_dir
 
 LOGS = "/logs/verifier"
 WRAPPERS = "/opt/envlab/bin"
@@ -99,15 +101,19 @@ def verifier_env(task: TaskFolder, prepared: PreparedWorkspace) -> dict[str, str
 async def run_verifier(
     task: TaskFolder, workspace: Path, prepared: PreparedWorkspace, *, memory_mb: int = 4096
 ) -> Reward:
-    """Run the task's tests against ``workspace``; the reward they wrote, or ``InfraError``."""
+    """Run the task's tests against a copy of the frozen ``workspace``; return the reward they
+    wrote, or raise ``InfraError``. The workspace itself is left as the agent left it, so that
+    grading again (``regrade``) sees the same state."""
     timeout = task.config.verifier.timeout_sec
     root = Path(tempfile.mkdtemp(prefix="verify-", dir=state_dir()))
     try:
-        tests, logs = root / "tests", root / "logs"
+        app, tests, logs = root / "app", root / "tests", root / "logs"
+        # links are copied as links, FIFOs and other special files are left out
+        await asyncio.to_thread(copy_tree, workspace, app)
         shutil.copytree(task.tests_dir, tests, symlinks=True)
         logs.mkdir()
         box = BubblewrapSandbox(
-            app_dir=workspace,
+            app_dir=app,
             mounts=[
                 Mount(tests, "/tests", writable=True),
                 Mount(logs, LOGS, writable=True),
@@ -119,13 +125,13 @@ async def run_verifier(
             name=f"verifier-{task.name}",
         )
         try:
-            box.prepare()
+            await asyncio.to_thread(box.prepare)
             res = await box.exec(["bash", "/tests/test.sh"], timeout=timeout)
         finally:
             await box.close()
         return read_reward(logs, res, timeout)
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        await asyncio.to_thread(shutil.rmtree, root, True)
 
 
 def _read_small(path: Path) -> str | None:
