@@ -284,6 +284,7 @@ class TerminalEnv(ToolEnv):
         return {**super().state(), "sandbox": self.box.name if self.box else None}
 
 
-def load_task_env(path: Path) -> Environment:
-    """The environment of a task folder, or of a directory of task folders."""
-    return TerminalEnv(path)
+def load_task_env(path: Path, **kwargs: Any) -> Environment:
+    """The environment of a task folder, or of a directory of task folders (``kwargs``:
+    ``TerminalEnv``'s, e.g. ``run_timeout``)."""
+    return TerminalEnv(path, **kwargs)
