@@ -6,6 +6,7 @@ Generation is kept short (64 tokens a turn, 4 turns), so this file takes well un
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -16,13 +17,14 @@ from typing import Any
 import httpx
 import pytest
 
-from envlab.agents.model_agents import openai, smollm2
+from envlab.agents.model_agents import EmbeddedApp, openai, smollm2
 from envlab.core import Agent, Trajectory
 from envlab.envs.calc import CalcEnv
 from envlab.models.client import OpenAICompatModel
 from envlab.models.llamacpp import LlamaCppEngine, shared_engine
 from envlab.models.server import BackgroundServer, create_app, free_port
 from envlab.models.weights import SMOLLM2_MODEL_ID, smollm2_path
+from envlab.models.wire import ChatMessage, ChatRequest
 from envlab.rollout import TrajectoryStore, rollout
 from tests.conftest import subprocess_env
 
@@ -191,3 +193,19 @@ async def test_serve_model_command_serves_an_episode(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+async def test_cancelled_request_stops_the_generation_in_process(engine: LlamaCppEngine) -> None:
+    """A request cancelled by a timeout (as a step timeout does) frees the engine at once."""
+    count = [{"role": "user", "content": "Count from 1 to 1000, separated by commas."}]
+    transport = httpx.ASGITransport(app=EmbeddedApp.shared())
+    async with OpenAICompatModel("smollm2", "http://x/v1", transport=transport) as model:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(model.chat(count, max_tokens=3000, temperature=0), 1.0)
+        t0 = time.perf_counter()
+        reply = await model.chat([{"role": "user", "content": "hi"}], max_tokens=1)
+    assert reply.usage["completion_tokens"] == 1
+    assert time.perf_counter() - t0 < 3.0, "the cancelled generation kept the engine busy"
+    # without a cancellation the same request would run far longer than the timeout
+    req = ChatRequest(messages=[ChatMessage(**m) for m in count], max_tokens=200, temperature=0)
+    assert (await asyncio.to_thread(engine.chat, req)).usage.completion_tokens == 200  # type: ignore[union-attr]
