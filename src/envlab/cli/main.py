@@ -16,6 +16,8 @@ from rich.logging import RichHandler
 from rich.table import Table
 
 from envlab.cli.measure_cmds import compare_cmd, report_cmd, summary_rows
+from envlab.cli.serve_model import serve_model_cmd
+from envlab.cli.task import task_app
 from envlab.cli.vet_cmds import arena_cmd, vet_cmd
 from envlab.core import EnvlabError
 
@@ -69,8 +71,14 @@ def eval_cmd(
     agent_arg: Annotated[
         list[str] | None, typer.Option("--agent-arg", help="KEY=VALUE for the agent.")
     ] = None,
-    step_timeout: Annotated[float, typer.Option(help="Seconds per step (agent + env).")] = 60.0,
-    episode_timeout: Annotated[float, typer.Option(help="Seconds per episode.")] = 600.0,
+    step_timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds per step (agent + env); default 60, none for task folders."),
+    ] = None,
+    episode_timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds per episode; default 600, or the tasks' own agent timeout."),
+    ] = None,
     max_retries: Annotated[int, typer.Option(help="Retries of an episode after infra_error.")] = 2,
     pass_threshold: Annotated[float, typer.Option(help="Reward counted as a pass.")] = 1.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
@@ -89,6 +97,14 @@ def eval_cmd(
     if tasks is not None and tasks < 1:
         raise EnvlabError(f"--tasks must be >= 1, got {tasks}")
     task_set = environment.tasks(seed=seed, n=tasks, split=split)
+    declared = [t.metadata.get("agent_timeout_sec") for t in task_set]
+    if declared and all(isinstance(x, int | float) for x in declared):
+        # task folders bound each command themselves (no step limit unless asked for) and
+        # declare the agent's time budget
+        episode_timeout = episode_timeout or max(declared) + 60.0  # type: ignore[type-var]
+    else:
+        step_timeout = 60.0 if step_timeout is None else step_timeout
+        episode_timeout = 600.0 if episode_timeout is None else episode_timeout
     if out_dir is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         safe_env = env.replace("/", "_").replace(":", "_")
@@ -191,6 +207,8 @@ def _print_rows(rows: list[dict[str, str]], as_json: bool, title: str) -> None:
 app.command("compare")(compare_cmd)
 app.command("report")(report_cmd)
 app.command("vet")(vet_cmd)
+app.add_typer(task_app, name="task")
+app.command("serve-model")(serve_model_cmd)
 app.command("arena")(arena_cmd)
 
 

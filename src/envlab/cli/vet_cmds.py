@@ -106,17 +106,18 @@ def print_report(report, out_dir: Path) -> None:  # type: ignore[no-untyped-def]
     from envlab.vet.model import CHECKS
 
     names = list(CHECKS)
-    table = Table(title=f"vet {report.env_id} ({report.env_hash})", show_lines=False)
-    table.add_column("task")
+    table = Table(title=f"vet {report.env_id} ({report.env_hash})")
+    table.add_column("task", overflow="fold")
     table.add_column("verdict")
-    for n in names:
-        table.add_column(n.replace("_", " "), justify="center")
+    table.add_column("failing checks", overflow="fold")
+    table.add_column("warnings", overflow="fold")
     for t in report.tasks:
         by = {c.name: c.status for c in t.checks}
         table.add_row(
             t.task_id,
             f"[{_VERDICT_STYLE[t.verdict]}]{t.verdict}[/]",
-            *[f"[{_STYLE[by.get(n, 'n/a')]}]{by.get(n, 'n/a')}[/]" for n in names],
+            ", ".join(n for n in names if by.get(n) == "fail") or "-",
+            ", ".join(n for n in names if by.get(n) == "warn") or "-",
         )
     out.print(table)
     lines = [(t, reason) for t in report.tasks for reason in t.reasons[:1]]

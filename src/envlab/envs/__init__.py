@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from envlab.core import ConfigError, Environment
@@ -11,7 +12,18 @@ ENVS = Registry("envlab.envs", "environment")
 
 
 def load_env(name: str, **kwargs: Any) -> Environment:
-    """An environment by registered name or ``module:factory`` path, built with ``kwargs``."""
+    """An environment by registered name, ``module:factory`` path, or the path of a task folder
+    (or of a directory of task folders), built with ``kwargs``."""
+    if "/" in name or name.startswith(".") or Path(name).is_dir():
+        path = Path(name)
+        if not path.exists():
+            raise ConfigError(
+                f"no task folder at {name!r}: the path does not exist. Give a task folder "
+                "(instruction.md, task.toml, tests/) or a directory of them."
+            )
+        from envlab.envs.taskfolder import load_task_env
+
+        return load_task_env(path, **kwargs)
     factory = ENVS.resolve(name)
     try:
         env = factory(**kwargs)

@@ -62,7 +62,11 @@ def _scored(trajs: Sequence[Trajectory]) -> list[float]:
 
 
 def noop_baseline(ev: TaskEvidence) -> float:
-    return max(_scored(ev.by_probe.get("noop", [])), default=0.0)
+    """What doing nothing earns: the no-op agent's and the empty-answer agent's best reward."""
+    return max(
+        _scored(ev.by_probe.get("noop", [])) + _scored(ev.by_probe.get("empty_answer", [])),
+        default=0.0,
+    )
 
 
 def check_noop(ev: TaskEvidence) -> CheckResult:

@@ -112,7 +112,7 @@ def tamper_probes(instruction: str, tests_text: str) -> list[Probe]:
     in_tests = mentioned_paths(tests_text)
     every = sorted(set(in_instr) | set(in_tests))
     scripts_run = [p for p in in_tests if p.endswith((".sh", ".py", ".bash")) or "/bin/" in p]
-    fake = "#!/bin/sh\n" + _WRITE_REWARDS.replace("'", "'\"'\"'") + "\nexit 0\n"
+    fake = "#!/bin/sh\n" + _WRITE_REWARDS + "\nexit 0\n"
     probes = [
         Probe(
             "conftest",
@@ -155,8 +155,8 @@ def tamper_probes(instruction: str, tests_text: str) -> list[Probe]:
         ),
         Probe(
             "background",
-            "leave a process that keeps writing success after submit",
-            "nohup setsid bash -c 'for i in $(seq 600); do "
+            "leave a process that starts writing success 1 s after submit, and keeps on",
+            "nohup setsid bash -c 'sleep 1; for i in $(seq 600); do "
             + "; ".join(f"printf PASS > {shlex.quote(p)}" for p in every[:20])
             + ("; " if every else "")
             + _WRITE_REWARDS.replace("\n", "; ").replace("'", "'\"'\"'")

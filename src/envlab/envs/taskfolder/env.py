@@ -5,7 +5,9 @@ run after the agent stopped, in a separate verifier sandbox.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import os
 import secrets
 import shutil
 import tempfile
@@ -281,7 +283,39 @@ class TerminalEnv(ToolEnv):
             self.box = None
 
     def state(self) -> dict[str, Any]:
-        return {**super().state(), "sandbox": self.box.name if self.box else None}
+        """The episode's state, with a digest of the workspace (paths, modes, contents): two
+        resets of one task must give the same digest."""
+        base = super().state()
+        base["workspace_digest"] = (
+            workspace_digest(self.box.host_workdir) if self.box is not None else None
+        )
+        return base
+
+    async def export_workspace(self, dest: Path) -> Path:
+        """Copy the episode's workspace (as the agent left it) to ``dest`` on the host."""
+        if self.box is None:
+            raise RuntimeError("no workspace to export: call reset(task) first")
+        await asyncio.to_thread(
+            shutil.copytree, self.box.host_workdir, dest, symlinks=True, dirs_exist_ok=True
+        )
+        return dest
+
+
+def workspace_digest(root: Path, *, max_file_bytes: int = 16 << 20) -> str:
+    """sha256 over the relative paths, modes and contents of a tree (large files: their size)."""
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        st = path.lstat()
+        h.update(f"{rel}\0{st.st_mode:o}\0".encode())
+        if path.is_symlink():
+            h.update(os.readlink(path).encode())
+        elif path.is_file():
+            if st.st_size > max_file_bytes:
+                h.update(f"size:{st.st_size}".encode())
+            else:
+                h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def load_task_env(path: Path, **kwargs: Any) -> Environment:
