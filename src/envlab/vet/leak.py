@@ -28,7 +28,7 @@ from pathlib import Path
 FUZZY_THRESHOLD = 0.8
 FUZZY_MIN_CHARS = 24
 MAX_FILE_BYTES = 4 << 20
-LABEL_RE = re.compile(r"answer|expected|solution|total|result|correct", re.IGNORECASE)
+LABEL_RE = re.compile(r"answer|expect|solution|total|result|correct|grader", re.IGNORECASE)
 _BORING = {"true", "false", "yes", "no", "none", "null", "pass", "fail", "ok", "done", "error"}
 
 
@@ -306,9 +306,13 @@ def scan_env(needles: list[Needle], env: dict[str, str]) -> list[Hit]:
 
 
 def scan_instruction(needles: list[Needle], instruction: str, input_texts: list[str]) -> list[Hit]:
+    """An instruction may spell out the output's format (a CSV header the oracle also writes):
+    oracle-output needles count there only on a labelling line; the tests' expected values
+    count anywhere. Neither counts when the task's inputs contain it too."""
     inputs = normalize("\n".join(input_texts))
-    return [
-        h
-        for h in scan_text(needles, instruction, "instruction.md")
-        if not _token_re(normalize(h.needle)).search(inputs)
-    ]
+    graded = [n for n in needles if not n.source.startswith("oracle:")]
+    produced = [n for n in needles if n.source.startswith("oracle:")]
+    hits = scan_text(graded, instruction, "instruction.md") + scan_text(
+        produced, instruction, "instruction.md", labelled_only=True
+    )
+    return [h for h in hits if not _token_re(normalize(h.needle)).search(inputs)]
