@@ -42,7 +42,10 @@ def test_unknown_names_list_the_known_ones(tmp_path: Path) -> None:
     r = envlab("eval", "nope", "--agent", "oracle", "--out", str(tmp_path / "x"))
     assert r.returncode == 2 and "Known environments: arith, calc" in r.stderr
     r = envlab("eval", "arith", "--agent", "nope", "--out", str(tmp_path / "y"))
-    assert r.returncode == 2 and "Known agents: noop, oracle, random" in r.stderr
+    assert (
+        r.returncode == 2
+        and "Known agents: noop, openai, oracle, random, shell, smollm2" in r.stderr
+    )
 
 
 def test_envs_lists_json() -> None:

@@ -189,14 +189,17 @@ class BubblewrapSandbox(Sandbox):
             a.append("--unshare-net")
         if self._rootless:
             a += ["--unshare-user", "--disable-userns", "--uid", "1000", "--gid", "1000"]
+        # /app and /tmp first: a toolchain that lives below /tmp (a venv in a clone there) is
+        # then bound on top of the sandbox's own /tmp instead of being hidden by it
+        a += ["--bind", str(self._app), APP, "--bind", str(self._tmp), "/tmp"]
         for d in layout.dirs:
-            a += ["--perms", "0755", "--dir", d]
+            if d not in (APP, "/tmp"):
+                a += ["--perms", "0755", "--dir", d]
         for e in layout.entries:
             a += ["--symlink", e.source, e.target] if e.kind == "link" else [
                 "--ro-bind", e.source, e.target,
             ]  # fmt: skip
         made = set(layout.dirs)
-        a += ["--bind", str(self._app), APP, "--bind", str(self._tmp), "/tmp"]
         a += ["--dev", "/dev", "--proc", "/proc"]
         for m in self._mounts:
             a += self._mount_args(m, made)
