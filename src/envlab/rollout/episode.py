@@ -148,10 +148,12 @@ async def _attempt(
     phase = "engine"
     try:
         episode_deadline = dl.set(me, cfg.episode_timeout, _EPISODE)
-        env, agent = env_proto.spawn(), agent_proto.spawn()
+        phase = "agent"
+        agent = agent_proto.spawn()
+        phase = "env"
+        env = env_proto.spawn()
         max_steps = cfg.max_steps or env.max_steps
         ts = clock()
-        phase = "env"
         obs = await env.reset(task, seed)
         if hooks is not None and hooks.after_reset is not None:
             info["after_reset"] = await _hook(hooks.after_reset(env))
