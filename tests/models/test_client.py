@@ -113,6 +113,17 @@ async def test_refused_request_is_not_retried(fake: FakeOpenAI) -> None:
     assert info.value.status == 400 and len(fake.requests) == 1
 
 
+@pytest.mark.parametrize("status", [401, 403, 404])
+async def test_wrong_key_or_model_is_infrastructure_not_the_agent(
+    fake: FakeOpenAI, status: int
+) -> None:
+    fake.push(error(status, "no such model or key"))
+    async with OpenAICompatModel("m", fake.base_url, retry=FAST) as model:
+        with pytest.raises(InfraError, match=f"HTTP {status}.*Check the model name"):
+            await model.chat(MSGS)
+    assert len(fake.requests) == 1  # not retried inside the client
+
+
 def test_backoff_grows_with_jitter_and_caps() -> None:
     policy = RetryPolicy(backoff_s=1.0, max_backoff_s=4.0, max_retry_after_s=10.0)
     rng = random.Random(0)

@@ -264,6 +264,13 @@ class OpenAICompatModel:
                 elif resp.status_code in RETRY_STATUS or resp.status_code >= 500:
                     retry_after = parse_retry_after(resp.headers.get("retry-after"))
                     history.append(f"HTTP {resp.status_code}: {_error_text(resp)}")
+                elif resp.status_code in (401, 403, 404):
+                    # a wrong key, model name or URL: the set-up's failure, not the agent's
+                    raise InfraError(
+                        f"{self.url} refused the request with HTTP {resp.status_code}: "
+                        f"{_error_text(resp)}. Check the model name ({self.model!r}), the "
+                        "endpoint URL and the API key (OPENAI_API_KEY)."
+                    )
                 else:
                     raise ModelRequestError(
                         f"{self.url} refused the request with HTTP {resp.status_code}: "

@@ -153,3 +153,32 @@ async def test_background_writers_of_a_timed_out_agent_are_dead_too(tmp_path: Pa
     cfg = EpisodeConfig(step_timeout=None, episode_timeout=1.5, max_retries=0)
     traj = await episode(path, ShellScriptAgent(script), config=cfg)
     assert traj.status is Status.TIMEOUT and traj.reward == 1.0
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cd /app && python3 -Bm pytest -q /tests/test_x.py",
+        "cd /app && python3 -Bc 'import json' && python3 -Im pytest -q /tests/test_x.py",
+        "cd /app && python3 -u -B -m pytest -q /tests/test_x.py",
+    ],
+)
+async def test_combined_python_flags_still_ignore_planted_modules(
+    tmp_path: Path, command: str
+) -> None:
+    """``-Bm`` or ``-Ic`` must not slip past the verifier's ``python3 -P`` wrapper."""
+    test_sh = (
+        f"{command} && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    path = make_task(
+        tmp_path,
+        test_sh=test_sh,
+        tests={
+            "test_x.py": "def test_answer():\n    assert open('/app/answer.txt').read() == '42'\n"
+        },
+    )
+    script = tmp_path / "plant.sh"
+    write(script, PLANT)
+    traj = await episode(path, ShellScriptAgent(script))
+    assert traj.status is Status.OK, traj.error
+    assert traj.reward == 0.0, f"planted code ran in the verifier through {command!r}"

@@ -49,6 +49,8 @@ for arg in "$@"; do
   if [ -n "$skip" ]; then skip=; continue; fi
   case "$arg" in
     -c*|-m*|-) exec {python} -P "$@" ;;
+    --*) continue ;;
+    -*c*|-*m*) exec {python} -P "$@" ;;  # combined flags: -Bm pytest, -Ic '...'
     -*) continue ;;
     *) exec {python} "$@" ;;
   esac
