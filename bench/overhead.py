@@ -70,6 +70,8 @@ async def hand_loop(env_proto: ArithEnv, tasks, samples: int, concurrency: int, 
                     reward += res.reward
                     if res.done or res.truncated:
                         break
+                graded = await env.grade()
+                reward = graded.total if graded is not None else reward
                 await env.close()
                 line = {"task_id": task.id, "sample": s, "messages": messages, "reward": reward}
                 fh.write(json.dumps(line) + "\n")

@@ -54,7 +54,7 @@ async def test_several_calls_in_one_step_keep_ids(env: EchoEnv) -> None:
 
 async def test_final_answer_ends_and_grades(env: EchoEnv) -> None:
     res = await env.step(Action(text="ok"))
-    assert res.done and res.reward == 1.0
+    assert res.done and (await env.grade()).total == 1.0
     with pytest.raises(RuntimeError, match="after the episode ended"):
         await env.step(Action(text="again"))
 

@@ -22,10 +22,10 @@ async def test_arith_grades_the_final_answer() -> None:
     task = env.tasks(n=1)[0]
     await env.reset(task)
     res = await env.step(Action(text=f"Let me think... the answer is {task.answer}"))
-    assert res.done and res.reward == 1.0
+    assert res.done and (await env.grade()).total == 1.0
     await env.reset(task)
     res = await env.step(Action(text=f"the answer is {task.answer + 1}"))
-    assert res.done and res.reward == 0.0
+    assert res.done and (await env.grade()).total == 0.0
 
 
 async def test_calc_rewards_tool_use_separately() -> None:
@@ -34,13 +34,14 @@ async def test_calc_rewards_tool_use_separately() -> None:
     (op, a, b) = task.metadata["steps"][0]
     await env.reset(task)
     res = await env.step(Action(text=str(task.answer)))  # right answer, no tools
-    assert res.reward == pytest.approx(0.8)
+    assert res.done and res.reward == 0.0  # steps reward 0; the grade comes after
     reward = await env.grade()
+    assert reward.total == pytest.approx(0.8)
     assert reward.components == {"correct": 1.0, "computed_with_tools": 0.0}
     await env.reset(task)
     await env.step(Action(tool_calls=[ToolCall(op, {"a": a, "b": b}, id="c1")]))
-    res = await env.step(Action(text=str(task.answer)))
-    assert res.reward == pytest.approx(1.0)
+    await env.step(Action(text=str(task.answer)))
+    assert (await env.grade()).total == pytest.approx(1.0)
 
 
 def test_calc_tools_have_schemas_from_signatures() -> None:

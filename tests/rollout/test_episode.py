@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from envlab.core import Action, InfraError, Status, ToolCall
 from envlab.rollout import EpisodeConfig, run_episode
 from tests.support.envs import EchoEnv, FlakyTransportAgent, ScriptAgent
@@ -108,3 +112,47 @@ async def test_truncated_at_max_steps() -> None:
     agent = ScriptAgent([Action(tool_calls=[ToolCall("repeat", {"text": "a"})])] * 10)
     t = await run(EchoEnv(), agent, max_steps=3)
     assert t.status is Status.TRUNCATED and t.n_steps == 3 and t.reward == 0.0
+
+
+async def test_slow_reset_is_not_the_agents_time() -> None:
+    class SlowReset(EchoEnv):
+        async def on_reset(self, task, seed):  # type: ignore[no-untyped-def]
+            await asyncio.sleep(0.3)
+
+    t = await run(SlowReset(), ScriptAgent([]), episode_timeout=0.2)
+    assert t.status is Status.OK and t.reward == 1.0
+    t = await run(SlowReset(), ScriptAgent([]), reset_timeout=0.1, max_retries=0)
+    assert t.status is Status.INFRA_ERROR and "reset took longer" in (t.error or "")
+
+
+async def test_cancelling_an_episode_still_closes_env_and_agent() -> None:
+    closed: list[str] = []
+
+    class Tracked(EchoEnv):
+        async def close(self) -> None:
+            closed.append("env")
+
+    class TrackedAgent(ScriptAgent):
+        async def close(self) -> None:
+            closed.append("agent")
+
+    agent = TrackedAgent([Action(tool_calls=[ToolCall("wait", {"seconds": 5})])])
+    task = asyncio.create_task(run(Tracked(), agent))
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sorted(closed) == ["agent", "env"]
+
+
+async def test_privileged_data_follows_the_recorded_spec() -> None:
+    seen: list[object] = []
+
+    class Sneaky(ScriptAgent):
+        privileged = True  # claims privilege, but its spec does not say so
+
+        async def start(self, ctx):  # type: ignore[no-untyped-def]
+            seen.append(ctx.task)
+
+    await run(EchoEnv(), Sneaky([]))
+    assert seen == [None]

@@ -56,3 +56,36 @@ async def test_resume_after_partial_run(tmp_path: Path) -> None:
     assert any("torn" in n for n in r.notes)
     ids = [t.episode_id for t in store.load()]
     assert len(ids) == 20 and len(set(ids)) == 20
+
+
+async def test_resume_reruns_infra_errors_and_counts_each_episode_once(tmp_path: Path) -> None:
+    from envlab.core import Status
+    from envlab.measure import summarize
+    from envlab.rollout import EpisodeConfig
+    from tests.support.envs import EchoEnv, FlakyTransportAgent
+
+    env = EchoEnv(n=3)
+    cfg = EpisodeConfig(max_retries=0, retry_backoff=0)
+    key = f"resume-{tmp_path.name}"
+    first = await rollout(env, FlakyTransportAgent(2, key), env.tasks(), out_dir=tmp_path,
+                          episode_config=cfg, progress=False, concurrency=1)  # fmt: skip
+    assert [r.status for r in first.records].count(Status.INFRA_ERROR.value) == 2
+    again = await rollout(env, FlakyTransportAgent(2, key), env.tasks(), out_dir=tmp_path,
+                          episode_config=cfg, progress=False, resume=True)  # fmt: skip
+    assert again.new_episodes == 2 and again.skipped_episodes == 1
+    store = TrajectoryStore(tmp_path / "trajectories.jsonl")
+    assert len(store.load(every_record=True)) == 5
+    latest = store.load()
+    assert len(latest) == 3 and {t.status for t in latest} == {Status.OK}
+    assert summarize(again.records).n_episodes == 3
+
+
+async def test_agent_class_and_spec_must_agree_on_privilege(tmp_path: Path) -> None:
+    class Liar(OracleAgent):
+        @property
+        def spec(self):  # type: ignore[no-untyped-def]
+            return super().spec.model_copy(update={"privileged": False})
+
+    env = ArithEnv()
+    with pytest.raises(ConfigError, match="privileged=True but its spec says False"):
+        await rollout(env, Liar(), env.tasks(n=1), out_dir=tmp_path, progress=False)

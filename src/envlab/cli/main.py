@@ -102,9 +102,12 @@ def eval_cmd(
         # task folders bound each command themselves (no step limit unless asked for) and
         # declare the agent's time budget
         episode_timeout = episode_timeout or max(declared) + 60.0  # type: ignore[type-var]
+        verifier = [t.metadata.get("verifier_timeout_sec") or 0.0 for t in task_set]
+        grade_timeout = max(600.0, max(verifier) + 60.0)
     else:
         step_timeout = 60.0 if step_timeout is None else step_timeout
         episode_timeout = 600.0 if episode_timeout is None else episode_timeout
+        grade_timeout = 600.0
     if out_dir is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         safe_env = env.replace("/", "_").replace(":", "_")
@@ -121,7 +124,10 @@ def eval_cmd(
             resume=resume,
             env_id=env,
             episode_config=EpisodeConfig(
-                step_timeout=step_timeout, episode_timeout=episode_timeout, max_retries=max_retries
+                step_timeout=step_timeout,
+                episode_timeout=episode_timeout,
+                grade_timeout=grade_timeout,
+                max_retries=max_retries,
             ),
             progress=not no_progress and not as_json,
             pass_threshold=pass_threshold,

@@ -55,10 +55,6 @@ class CheckRow(BaseModel):
 
 def make_agent(name: str) -> Agent:
     """An agent by name; ``shell:FILE`` runs FILE in the workspace."""
-    if name.startswith("shell:"):
-        from envlab.agents.shell import ShellScriptAgent
-
-        return ShellScriptAgent(name.removeprefix("shell:"))
     from envlab.agents import load_agent
 
     return load_agent(name)

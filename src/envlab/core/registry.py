@@ -45,7 +45,15 @@ class Registry:
         if name in self._local:
             return self._local[name]
         for ep in entry_points(group=self.group, name=name):
-            return ep.load()
+            try:
+                return ep.load()
+            except Exception as e:
+                dist = ep.dist.name if ep.dist else "its package"
+                raise NotFoundError(
+                    f"{self.kind} {name!r} ({ep.value}, from {dist}) failed to import: "
+                    f"{type(e).__name__}: {e}. Reinstall it (pip install --force-reinstall "
+                    f"{dist}) or install what it needs."
+                ) from e
         if ":" in name:
             return import_path(name, self.kind)
         known = ", ".join(self.names()) or "(none installed)"

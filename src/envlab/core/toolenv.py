@@ -16,8 +16,10 @@ class ToolEnv(Environment):
     """A chat environment with tools.
 
     Each step either calls tools (methods marked ``@tool``) or, with no tool calls, gives the
-    final answer, which ends the episode. A malformed call (unknown tool, arguments that are not
-    JSON, wrong types, missing arguments) is answered with an error the agent can read; the
+    final answer, which ends the episode. Steps reward 0: the episode's reward comes from
+    ``grade()``, which the engine calls after the agent stopped (outside the agent's time).
+    A malformed call (unknown tool, arguments that are not JSON, wrong types, missing arguments)
+    is answered with an error the agent can read; the
     episode goes on and ``info["tool_errors"]`` counts it. A tool may raise ``ToolCallError``
     for the same effect; any other exception is the environment's failure (``env_error``).
 
@@ -79,8 +81,7 @@ class ToolEnv(Environment):
         if not action.tool_calls:
             self.final_answer = action.text
             self.done = True
-            reward = await self.grade()
-            return StepResult(Observation(), reward.total if reward else 0.0, done=True)
+            return StepResult(Observation(), 0.0, done=True)
         results: list[ToolResult] = []
         errors = 0
         for i, call in enumerate(action.tool_calls):
@@ -89,14 +90,10 @@ class ToolEnv(Environment):
             results.append(result)
             if self.done:
                 break
-        reward = 0.0
-        if self.done:
-            graded = await self.grade()
-            reward = graded.total if graded else 0.0
         truncated = not self.done and self.n_steps >= self.max_steps
         return StepResult(
             Observation(tool_results=results),
-            reward,
+            0.0,
             done=self.done,
             truncated=truncated,
             info={"tool_errors": errors},

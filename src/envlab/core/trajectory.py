@@ -141,7 +141,9 @@ class Trajectory:
         return self.status.scored and self.reward is not None
 
     def to_json(self) -> bytes:
-        return _ADAPTER.dump_json(self)
+        # a value an environment or agent put in ``info`` that JSON cannot hold (a numpy scalar)
+        # is written as its repr rather than losing the episode
+        return _ADAPTER.dump_json(self, fallback=repr)
 
     def to_dict(self) -> dict[str, Any]:
         return _ADAPTER.dump_python(self, mode="json")  # type: ignore[no-any-return]

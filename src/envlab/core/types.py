@@ -65,7 +65,11 @@ class TaskSet(Sequence[Task]):
         for t in self._tasks:
             if t.id == task_id:
                 return t
-        raise KeyError(task_id)
+        known = ", ".join(t.id for t in self._tasks[:5])
+        raise KeyError(
+            f"no task {task_id!r} in task set {self.name!r} ({len(self)} tasks: {known}"
+            f"{', ...' if len(self) > 5 else ''}); check the id, --split and --seed"
+        )
 
     def content_hash(self) -> str:
         h = hashlib.sha256()

@@ -59,3 +59,10 @@ def format_number(x: float) -> str:
     if math.isfinite(x) and float(x).is_integer():
         return str(int(x))
     return f"{x:.10g}"
+
+
+def answer_text(answer: object) -> str:
+    """A hidden answer as an agent would write it: numbers without ``.0``, others as ``str``."""
+    if isinstance(answer, float | int) and not isinstance(answer, bool):
+        return format_number(float(answer))
+    return str(answer)

@@ -6,10 +6,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from envlab.core import Agent, Environment, TaskSet
+from envlab.measure.runs import SUMMARY_FILE
 from envlab.measure.summary import Summary, summarize
 from envlab.rollout import EpisodeConfig, RolloutResult, rollout
-
-SUMMARY_FILE = "summary.json"
 
 
 async def evaluate(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
 import traceback
@@ -33,6 +34,9 @@ class EpisodeConfig:
     step_timeout: float | None = 60.0
     episode_timeout: float | None = 600.0
     grade_timeout: float | None = 600.0
+    reset_timeout: float | None = 900.0
+    """Limit of ``reset`` (building a workspace, starting a sandbox): not the agent's time; past
+    it the episode is ``infra_error``."""
     max_steps: int | None = None
     """Overrides the environment's own ``max_steps`` when set."""
     max_retries: int = 2
@@ -108,7 +112,7 @@ async def run_episode(
     attempt = 0
     while True:
         attempt += 1
-        traj = await _attempt(env_proto, agent_proto, task, seed, cfg, hooks)
+        traj = await _attempt(env_proto, agent_proto, agent_spec, task, seed, cfg, hooks)
         if traj.status is not Status.INFRA_ERROR or attempt > cfg.max_retries:
             break
         await asyncio.sleep(cfg.retry_backoff * 2 ** (attempt - 1))
@@ -123,6 +127,7 @@ _NO_AGENT = AgentSpec(name="")
 async def _attempt(
     env_proto: Environment,
     agent_proto: Agent,
+    agent_spec: AgentSpec,
     task: Task,
     seed: int,
     cfg: EpisodeConfig,
@@ -147,7 +152,7 @@ async def _attempt(
     # who is running right now, to attribute an exception: "env", "agent" or "engine"
     phase = "engine"
     try:
-        episode_deadline = dl.set(me, cfg.episode_timeout, _EPISODE)
+        dl.set(me, cfg.reset_timeout, _RESET)
         phase = "agent"
         agent = agent_proto.spawn()
         phase = "env"
@@ -158,7 +163,8 @@ async def _attempt(
         if hooks is not None and hooks.after_reset is not None:
             info["after_reset"] = await _hook(hooks.after_reset(env))
         system = env.system_prompt()
-        privileged = agent.privileged
+        # hidden data goes only to an agent whose recorded spec says it is privileged
+        privileged = agent_spec.privileged
         ctx = EpisodeContext(
             task_id=task.id,
             prompt=obs.text,
@@ -174,6 +180,8 @@ async def _attempt(
         messages.extend(obs.to_messages())
         tm = clock()
         env_s += tm - ts
+        # the agent's time starts now: building the workspace is not the agent's time
+        episode_deadline = dl.set(me, cfg.episode_timeout, _EPISODE)
         phase = "agent"
         await agent.start(ctx)
         agent_s += clock() - tm
@@ -218,15 +226,16 @@ async def _attempt(
             status = Status.TRUNCATED
     except asyncio.CancelledError:
         reason = dl.expired(me)
-        if reason is None:
-            raise  # a real cancellation (shutdown, Ctrl-C): not ours to swallow
+        if reason is None:  # a real cancellation (shutdown, Ctrl-C): release, then go on with it
+            await _close_quietly(env, agent)
+            raise
         me.uncancel()
-        status, error = Status.TIMEOUT, _timeout_message(reason, cfg, len(steps))
+        status, error = _timed_out(reason, cfg, len(steps))
     except Exception as e:
         reason = dl.expired(me)  # the party may have turned our cancellation into its own error
         if reason is not None:
             me.uncancel()
-            status, error = Status.TIMEOUT, _timeout_message(reason, cfg, len(steps))
+            status, error = _timed_out(reason, cfg, len(steps))
         elif isinstance(e, InfraError):  # transport or sandbox: never the party's fault
             status, error = Status.INFRA_ERROR, _describe(e)
         elif phase == "env":
@@ -246,6 +255,7 @@ async def _attempt(
             reward = await env.grade()
         except asyncio.CancelledError:
             if dl.expired(me) is None:
+                await _close_quietly(env, agent)
                 raise
             me.uncancel()
             status, error = Status.INFRA_ERROR, f"grader took longer than {cfg.grade_timeout}s"
@@ -309,10 +319,20 @@ async def _attempt(
     )
 
 
-_EPISODE, _STEP, _GRADE = "episode", "step", "grade"
+_EPISODE, _STEP, _GRADE, _RESET = "episode", "step", "grade", "reset"
 
 
-def _timeout_message(reason: str, cfg: EpisodeConfig, step_index: int) -> str:
+def _timed_out(reason: str, cfg: EpisodeConfig, step_index: int) -> tuple[Status, str]:
+    if reason == _RESET:
+        return Status.INFRA_ERROR, f"reset took longer than {cfg.reset_timeout}s"
     if reason == _STEP:
-        return f"step {step_index} took longer than {cfg.step_timeout}s"
-    return f"episode took longer than {cfg.episode_timeout}s"
+        return Status.TIMEOUT, f"step {step_index} took longer than {cfg.step_timeout}s"
+    return Status.TIMEOUT, f"episode took longer than {cfg.episode_timeout}s"
+
+
+async def _close_quietly(env: Environment | None, agent: Agent | None) -> None:
+    """Release what an episode holds even when it is being cancelled (sandboxes, servers)."""
+    for party in (env, agent):
+        if party is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(party.close())

@@ -19,6 +19,7 @@ from envlab.core import (
     ConfigError,
     Environment,
     EpisodeRecord,
+    Status,
     StoreError,
     TaskSet,
 )
@@ -109,6 +110,12 @@ async def rollout(
         raise ConfigError("the task set is empty; ask for at least one task (--tasks N)")
     cfg = episode_config or EpisodeConfig()
     run_dir = Path(out_dir)
+    if agent.privileged != agent.spec.privileged:
+        raise ConfigError(
+            f"agent {agent.spec.name!r}: its class says privileged={agent.privileged} but its "
+            f"spec says {agent.spec.privileged}; they must agree, so that results of agents that "
+            "read hidden answers are never reported as skill"
+        )
     env_id = env_id or env.id or type(env).__name__
     env_hash = env.content_hash()
     spec = agent.spec
@@ -157,7 +164,9 @@ async def rollout(
     run_dir.mkdir(parents=True, exist_ok=True)
     run_file.write_text(info.model_dump_json(indent=2))
 
-    done_ids = {t.episode_id for t in existing}
+    # infra errors are not the agent's: a resumed run tries those episodes again
+    done_ids = {t.episode_id for t in existing if t.status != Status.INFRA_ERROR.value}
+    existing = [t for t in existing if t.episode_id in done_ids]
     todo = []
     for task in tasks:
         group = group_id(env_id, env_hash, task.id, seed)
@@ -197,7 +206,10 @@ async def rollout(
                 results.append(rec)
                 bar.update(rec)
 
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, max(len(todo), 1)))))
+        # a TaskGroup: if a worker fails, the others are cancelled (and close their episodes)
+        async with asyncio.TaskGroup() as group:
+            for _ in range(min(concurrency, max(len(todo), 1))):
+                group.create_task(worker())
     return RolloutResult(
         run_dir=run_dir,
         info=info,

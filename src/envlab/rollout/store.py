@@ -22,8 +22,10 @@ class TrajectoryStore:
         self._fd: int | None = None
         self.dropped_torn_line: str | None = None
 
-    def load(self, *, repair: bool = False) -> list[Trajectory]:
-        """Read every trajectory. With ``repair``, cut a torn last line off the file."""
+    def load(self, *, repair: bool = False, every_record: bool = False) -> list[Trajectory]:
+        """The trajectories, one per episode: when an episode was recorded twice (an
+        ``infra_error`` run again by ``--resume``) the last record wins. ``every_record`` keeps
+        them all. With ``repair``, cut a torn last line off the file."""
         if not self.path.exists():
             return []
         data = self.path.read_bytes()
@@ -58,7 +60,10 @@ class TrajectoryStore:
                     "Only the last line may be torn by a crash; restore or delete this line, "
                     "then run again with --resume."
                 ) from None
-        return out
+        if every_record:
+            return out
+        latest = {t.episode_id: t for t in out}
+        return list(latest.values())
 
     def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

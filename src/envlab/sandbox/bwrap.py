@@ -328,7 +328,9 @@ class BubblewrapSandbox(Sandbox):
             gate.close()
             self._dirty = True
             if not self._rootless:
-                kill_uid(self.uid)
+                # off the event loop: the scan and waits must not stall other episodes
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(asyncio.to_thread(kill_uid, self.uid))
             raise
         gate.close()  # when bwrap failed before it reported a child
         if raw.timed_out and not self._rootless:

@@ -9,7 +9,7 @@ from pathlib import Path
 from envlab.agents.scripted import NoopAgent, OracleAgent
 from envlab.agents.shell import ShellScriptAgent
 from envlab.core import Action, Agent, AgentSpec, EpisodeContext, Observation, Task
-from envlab.envs.answers import format_number
+from envlab.envs.answers import answer_text
 from envlab.vet.probes import (
     Probe,
     echo_prompt_probe,
@@ -118,19 +118,13 @@ def plan_task_folder(
 
 def constant_answers(tasks: list[Task]) -> list[str]:
     """Answers a lazy agent would try on every task: 0, 1, yes, no, and the most common one."""
-    answers = [_answer_text(t.answer) for t in tasks if t.answer is not None]
+    answers = [answer_text(t.answer) for t in tasks if t.answer is not None]
     common = [a for a, _ in Counter(answers).most_common(1)]
     out: list[str] = []
     for a in ["0", "1", "yes", "no", *common]:
         if a not in out:
             out.append(a)
     return out
-
-
-def _answer_text(answer: object) -> str:
-    if isinstance(answer, float | int) and not isinstance(answer, bool):
-        return format_number(float(answer))
-    return str(answer)
 
 
 def plan_python_env(task: Task, constants: list[str], *, oracle_runs: int) -> list[Episode]:

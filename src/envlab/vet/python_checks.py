@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from envlab.core import Task
-from envlab.envs.answers import format_number
+from envlab.envs.answers import answer_text
 from envlab.vet.checks import PASS_THRESHOLD, TOO_EASY, TOO_HARD, TaskEvidence, _scored, result
 from envlab.vet.leak import _token_re, is_trivial, normalize
 from envlab.vet.model import CheckResult, EnvCheck
@@ -28,12 +28,6 @@ class PythonFindings:
     env_checks: list[EnvCheck] = field(default_factory=list)
 
 
-def _answer_text(answer: object) -> str:
-    if isinstance(answer, float | int) and not isinstance(answer, bool):
-        return format_number(float(answer))
-    return str(answer)
-
-
 def _in_prompt(answer: str, prompt: str) -> bool:
     return bool(answer) and bool(_token_re(normalize(answer)).search(normalize(prompt)))
 
@@ -45,7 +39,7 @@ def python_env_findings(tasks: list[Task], evidence: dict[str, TaskEvidence]) ->
 
     f = PythonFindings()
     # --- answer leak: answers in prompts, against the rate of other tasks' answers ----------
-    answers = [_answer_text(t.answer) for t in tasks]
+    answers = [answer_text(t.answer) for t in tasks]
     n = len(tasks)
     # only distinctive answers count: "0" or "12" in a prompt of numbers is a coincidence
     distinctive = [not is_trivial(a) and len(normalize(a)) >= 3 for a in answers]
@@ -189,8 +183,13 @@ def trainability(
     dead_count = 0
     for t in tasks:
         rewards, p = stats_rows[t.id]
-        if not rewards:
-            per[t.id] = result("trainability", "warn", "no scored agent episode")
+        if len(rewards) < 2:
+            per[t.id] = result(
+                "trainability",
+                "warn",
+                f"{len(rewards)} scored agent episode(s): a group needs 2 or more to judge",
+                rewards=rewards,
+            )
             continue
         dead = len(set(rewards)) == 1
         dead_count += dead

@@ -91,6 +91,16 @@ class TerminalEnv(ToolEnv):
         self._oracle_token: str | None = None
         self._in_step = False
 
+    def spawn(self) -> TerminalEnv:
+        """A fresh episode instance that shares the parsed task folders (no rescan per episode)."""
+        clone = object.__new__(type(self))
+        clone._init_args = self._init_args
+        ToolEnv.__init__(clone)
+        clone.path, clone.run_timeout, clone._folders = self.path, self.run_timeout, self._folders
+        clone.folder = clone.prepared = clone.box = None
+        clone._oracle_token, clone._in_step = None, False
+        return clone
+
     # --- the environment as a whole ----------------------------------------------------------
     def tasks(self, *, seed: int = 0, n: int | None = None, split: str = "test") -> TaskSet:
         tasks = [self._task(f) for f in self._folders.values() if f.config.split == split]
