@@ -20,6 +20,7 @@ from envlab.cli.serve_model import serve_model_cmd
 from envlab.cli.task import task_app
 from envlab.cli.vet_cmds import arena_cmd, vet_cmd
 from envlab.core import EnvlabError
+from envlab.core.registry import Registry
 
 app = typer.Typer(
     help="envlab: build, vet, measure and train on environments for LLM agents.",
@@ -176,14 +177,7 @@ def envs_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """List the environments found through the envlab.envs entry points."""
     from envlab.envs import ENVS
 
-    rows = []
-    for e in ENVS.entries():
-        try:
-            desc = getattr(ENVS.resolve(e.name), "description", "") or ""
-        except EnvlabError as ex:
-            desc = f"(cannot load: {ex})"
-        rows.append({"name": e.name, "target": e.target, "package": e.source, "description": desc})
-    _print_rows(rows, as_json, "environments")
+    _print_rows(_registry_rows(ENVS), as_json, "environments")
 
 
 @app.command("agents")
@@ -191,11 +185,21 @@ def agents_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
     """List the agents found through the envlab.agents entry points."""
     from envlab.agents import AGENTS
 
+    _print_rows(_registry_rows(AGENTS), as_json, "agents")
+
+
+def _registry_rows(registry: Registry) -> list[dict[str, str]]:
+    """One row per plug-in: its ``description``, else the first line of its docstring."""
     rows = []
-    for e in AGENTS.entries():
-        doc = (getattr(AGENTS.resolve(e.name), "__doc__", "") or "").strip().split("\n")[0]
-        rows.append({"name": e.name, "target": e.target, "package": e.source, "description": doc})
-    _print_rows(rows, as_json, "agents")
+    for e in registry.entries():
+        try:
+            factory = registry.resolve(e.name)
+            desc = getattr(factory, "description", "") or (factory.__doc__ or "").strip()
+            desc = desc.split("\n")[0]
+        except EnvlabError as ex:
+            desc = f"(cannot load: {ex})"
+        rows.append({"name": e.name, "target": e.target, "package": e.source, "description": desc})
+    return rows
 
 
 def _print_rows(rows: list[dict[str, str]], as_json: bool, title: str) -> None:

@@ -198,4 +198,6 @@ def arena_cmd(
 
 
 def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name.rstrip("/"))[-60:]
+    from envlab.vet.plan import safe_name
+
+    return safe_name(name.rstrip("/"))[-60:]
