@@ -158,6 +158,7 @@ def eval_cmd(
     for status, n in summary.status_counts.items():
         if status != "ok":
             table.add_row(f"status {status}", str(n))
+    table.add_row("grader failed (scored 0)", str(summary.n_grader_failed))
     table.add_row("tool-call errors", str(summary.tool_errors))
     table.add_row("new / resumed episodes", f"{result.new_episodes} / {result.skipped_episodes}")
     table.add_row("wall time", f"{result.elapsed_s:.1f}s")

@@ -5,12 +5,13 @@ from envlab.core.environment import Environment
 from envlab.core.errors import (
     ConfigError,
     EnvlabError,
+    GraderFailed,
     InfraError,
     NotFoundError,
     StoreError,
     ToolCallError,
 )
-from envlab.core.rubric import Component, Reward, Rubric
+from envlab.core.rubric import Component, Reward, Rubric, validate_reward
 from envlab.core.toolenv import ToolEnv
 from envlab.core.tools import ToolSpec, tool, tool_spec
 from envlab.core.trajectory import (
@@ -34,6 +35,7 @@ __all__ = [
     "EnvlabError",
     "EpisodeContext",
     "EpisodeRecord",
+    "GraderFailed",
     "InfraError",
     "NotFoundError",
     "Observation",
@@ -55,4 +57,5 @@ __all__ = [
     "Trajectory",
     "tool",
     "tool_spec",
+    "validate_reward",
 ]

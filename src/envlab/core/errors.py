@@ -28,3 +28,13 @@ class InfraError(EnvlabError):
 
 class ToolCallError(EnvlabError):
     """A tool call the environment could not execute; its message is shown to the agent."""
+
+
+class GraderFailed(EnvlabError):
+    """The grade of the agent's final state is not valid: the reward file is missing, malformed
+    or out of range, the verifier was killed, hung or its test runner never finished its session.
+
+    The agent may have caused it, so it is never excluded like an ``InfraError``: the grader is
+    run once more, fresh, on the same frozen state, and if that fails too the episode scores 0
+    and records ``grader_failed`` with this message.
+    """

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+
+from envlab.core.errors import GraderFailed
 
 CheckKind = Literal["verifiable", "judge"]
 
@@ -68,9 +71,13 @@ class Rubric:
             value = c.fn(ctx)
             if inspect.isawaitable(value):
                 value = await value
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise GraderFailed(f"component {c.name!r} returned {value!r}, not a number")
             s = float(value)
+            if not math.isfinite(s):
+                raise GraderFailed(f"component {c.name!r} returned {s}, not a finite number")
             if not 0.0 <= s <= 1.0:
-                raise ValueError(f"component {c.name!r} returned {s}, outside [0, 1]")
+                raise GraderFailed(f"component {c.name!r} returned {s}, outside [0, 1]")
             scores[c.name] = s
         return self.combine(scores)
 
@@ -87,3 +94,40 @@ class Rubric:
             total = 0.0
         kinds = {c.name: c.kind for c in self.components}
         return Reward(total=total, components=scores, gated_by=gated_by, details={"kinds": kinds})
+
+
+def validate_reward(reward: Reward, reward_range: tuple[float, float] | None = None) -> Reward:
+    """The one rule for a valid grade: the total and every component a finite number in
+    ``reward_range`` (default [0, 1]); returned normalised to [0, 1]. Anything else raises
+    ``GraderFailed`` naming the value: it is never scored as given and never excluded."""
+    low, high = reward_range if reward_range is not None else (0.0, 1.0)
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise GraderFailed(f"the task declares reward_range {reward_range!r}; it needs low < high")
+
+    def norm(value: object, where: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise GraderFailed(f"{where} is {value!r}, not a number")
+        x = float(value)
+        if not math.isfinite(x):
+            raise GraderFailed(f"{where} is {value!r}, not a finite number")
+        if not low - 1e-9 <= x <= high + 1e-9:
+            raise GraderFailed(f"{where} is {value!r}, outside the reward range [{low}, {high}]")
+        return min(1.0, max(0.0, (x - low) / (high - low)))
+
+    components = {k: norm(v, f"reward component {k!r}") for k, v in reward.components.items()}
+    total = norm(reward.total, "the reward total")
+    return reward.model_copy(update={"total": total, "components": components})
+
+
+def reward_range_of(metadata: dict[str, Any]) -> tuple[float, float] | None:
+    """The range a task declares in ``metadata["reward_range"]`` (``[low, high]``), if any."""
+    declared = metadata.get("reward_range")
+    if declared is None:
+        return None
+    try:
+        low, high = (float(x) for x in declared)
+    except (TypeError, ValueError):
+        raise GraderFailed(
+            f"task metadata reward_range is {declared!r}; write it as [low, high]"
+        ) from None
+    return low, high

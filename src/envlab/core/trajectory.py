@@ -97,6 +97,7 @@ class EpisodeRecord(NamedTuple):
     reward: float | None
     n_steps: int
     tool_errors: int
+    grader_failed: bool = False
 
     @property
     def scored(self) -> bool:
@@ -133,6 +134,8 @@ class Trajectory:
     tool_errors: int = 0
     attempts: int = 1
     error: str | None = None
+    grader_failed: str | None = None
+    """Why the grade of the agent's final state was invalid twice (then ``reward`` is 0)."""
     timings: Timings = field(default_factory=Timings)
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -157,6 +160,7 @@ class Trajectory:
             self.reward,
             self.n_steps,
             self.tool_errors,
+            self.grader_failed is not None,
         )
 
     @classmethod

@@ -53,6 +53,8 @@ class Summary(BaseModel):
     ci_method: str = "clt"
     n_excluded: int = 0
     """Episodes excluded from scores (``infra_error`` + ``env_error``)."""
+    n_grader_failed: int = 0
+    """Scored episodes whose grade was invalid twice (scored 0, never excluded)."""
     samples_per_task: int = 0
     """The largest number of scored samples of one task."""
     mean_reward_ci: Estimate | None = None
@@ -186,6 +188,7 @@ def summarize(
         confidence=confidence,
         ci_method=ci_method,
         n_excluded=len(trajs) - len(scored),
+        n_grader_failed=sum(1 for t in scored if t.grader_failed),
         samples_per_task=max_n,
         mean_reward_ci=mean_reward_ci,
         pass_rate_ci=pass_rate_ci,

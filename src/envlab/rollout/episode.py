@@ -16,6 +16,7 @@ from envlab.core import (
     AgentSpec,
     Environment,
     EpisodeContext,
+    GraderFailed,
     InfraError,
     Reward,
     Status,
@@ -23,7 +24,9 @@ from envlab.core import (
     Task,
     Timings,
     Trajectory,
+    validate_reward,
 )
+from envlab.core.rubric import reward_range_of
 from envlab.rollout.deadlines import deadlines
 
 
@@ -248,28 +251,18 @@ async def _attempt(
         if dl.clear(me):
             await dl.absorb(me)
 
+    grader_failed: str | None = None
     if env is not None and status.scored:
         ts = clock()
         try:
-            dl.set(me, cfg.grade_timeout, _GRADE)
-            reward = await env.grade()
+            reward, grader_failed = await _grade(env, task, step_rewards, cfg, me)
+            if reward.details:  # the verifier's exit code and output tail, why it failed
+                info["grade"] = reward.details
         except asyncio.CancelledError:
-            if dl.expired(me) is None:
-                await _close_quietly(env, agent)
-                raise
-            me.uncancel()
-            status, error = Status.INFRA_ERROR, f"grader took longer than {cfg.grade_timeout}s"
-        except InfraError as e:
+            await _close_quietly(env, agent)
+            raise
+        except InfraError as e:  # the grading machinery itself failed: not the agent's
             status, error = Status.INFRA_ERROR, "grader: " + _describe(e)
-        except Exception as e:
-            if dl.expired(me) is not None:
-                me.uncancel()
-                status, error = Status.INFRA_ERROR, f"grader took longer than {cfg.grade_timeout}s"
-            else:
-                status, error = Status.ENV_ERROR, "grader: " + _describe(e)
-        finally:
-            if dl.clear(me):
-                await dl.absorb(me)
         grade_s = clock() - ts
     if env is not None and hooks is not None and hooks.after_grade is not None:
         info["after_grade"] = await _hook(hooks.after_grade(env, reward))
@@ -293,7 +286,7 @@ async def _attempt(
         task_id=task.id,
         group_id="",
         sample_index=0,
-        reward=(reward.total if reward is not None else step_rewards) if scored else None,
+        reward=reward.total if (reward is not None and scored) else None,
         status=status,
         env_id="",
         env_hash="",
@@ -307,6 +300,7 @@ async def _attempt(
         n_steps=len(steps),
         tool_errors=tool_errors,
         error=error,
+        grader_failed=grader_failed if scored else None,
         info=info,
         timings=Timings(
             started_at=started,
@@ -320,6 +314,62 @@ async def _attempt(
 
 
 _EPISODE, _STEP, _GRADE, _RESET = "episode", "step", "grade", "reset"
+
+
+async def _grade(
+    env: Environment, task: Task, step_rewards: float, cfg: EpisodeConfig, me: asyncio.Task[Any]
+) -> tuple[Reward, str | None]:
+    """The valid reward of the agent's final state, and why grading failed if it did.
+
+    A grade that is not valid (``GraderFailed``, any other exception of the grader, a value out
+    of range, past ``grade_timeout``) is run once more, fresh (``regrade``); if that fails too
+    the episode scores 0 with the reason. Only an ``InfraError`` (the grading machinery itself)
+    escapes, to be retried and excluded."""
+    reasons: list[str] = []
+    for attempt in range(2):
+        try:
+            raw = await _graded_once(env, attempt, cfg, me)
+            if raw is None:
+                raw = Reward(total=step_rewards, details={"from": "step rewards"})
+            return validate_reward(raw, reward_range_of(task.metadata)), None
+        except InfraError:
+            raise
+        except (GraderFailed, Exception) as e:  # an invalid grade: the agent may have caused it
+            reasons.append(_grader_reason(e))
+    reason = f"{reasons[0]}; graded again: {reasons[1]}" if reasons[1] != reasons[0] else reasons[0]
+    return Reward(total=0.0, details={"grader_failed": reason}), reason
+
+
+async def _graded_once(
+    env: Environment, attempt: int, cfg: EpisodeConfig, me: asyncio.Task[Any]
+) -> Reward | None:
+    dl = deadlines()
+    try:
+        dl.set(me, cfg.grade_timeout, _GRADE)
+        return await (env.grade() if attempt == 0 else env.regrade())
+    except asyncio.CancelledError:
+        if dl.expired(me) is None:
+            raise
+        me.uncancel()
+        raise GraderFailed(
+            f"the grader took longer than grade_timeout={cfg.grade_timeout}s"
+        ) from None
+    except Exception:
+        if dl.expired(me) is not None:
+            me.uncancel()
+            raise GraderFailed(
+                f"the grader took longer than grade_timeout={cfg.grade_timeout}s"
+            ) from None
+        raise
+    finally:
+        if dl.clear(me):
+            await dl.absorb(me)
+
+
+def _grader_reason(e: BaseException) -> str:
+    if isinstance(e, GraderFailed):
+        return str(e)
+    return f"the grader raised {type(e).__name__}: {e}"
 
 
 def _timed_out(reason: str, cfg: EpisodeConfig, step_index: int) -> tuple[Status, str]:

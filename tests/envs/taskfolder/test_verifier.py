@@ -1,20 +1,21 @@
-"""The reward contract: a number or named components; anything else is an infra_error."""
+"""The reward contract: a plain number or named numeric components; anything else, and any run
+of the verifier that did not end on its own, is ``GraderFailed`` (scored 0), never infra_error."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from envlab.core import InfraError, Status
-from envlab.envs.taskfolder import read_reward
+from envlab.core import GraderFailed, Status
+from envlab.envs.taskfolder import judge, read_reward_files
+from envlab.envs.taskfolder.kit import END
 from envlab.rollout import EpisodeConfig
 from envlab.sandbox import ExecResult
 from tests.envs.taskfolder.conftest import episode, make_task
 from tests.sandbox.conftest import requires_bwrap
-
-OK = ExecResult("", "", 0)
 
 
 def logs(tmp_path: Path, **files: str) -> Path:
@@ -24,14 +25,21 @@ def logs(tmp_path: Path, **files: str) -> Path:
     return tmp_path
 
 
+def ended(exit_code: int = 0, **report: object) -> ExecResult:
+    """What the verifier's first process prints when test.sh ended on its own."""
+    full = {"exit_code": exit_code, "signal": None, "stragglers": 0, "unfinished_pytest": [],
+            "missing_tools": [], "prepared": [], **report}  # fmt: skip
+    return ExecResult(f"test output\n{END}{json.dumps(full)}\n", "", 0)
+
+
 def test_reward_txt_and_json_components(tmp_path: Path) -> None:
-    assert read_reward(logs(tmp_path / "a", reward_txt="0.25\n"), OK, 1).total == 0.25
-    r = read_reward(logs(tmp_path / "b", reward_json='{"reward": 1, "style": 0.5}'), OK, 1)
-    assert r.total == 1.0 and r.components == {"reward": 1.0, "style": 0.5}
-    r = read_reward(logs(tmp_path / "c", rewards_json='{"a": 1, "b": 0}'), OK, 1)
-    assert r.total == 0.5 and r.components == {"a": 1.0, "b": 0.0}
-    r = read_reward(logs(tmp_path / "d", reward_txt="1", reward_json='{"x": 0}'), OK, 1)
-    assert r.total == 1.0 and r.components == {"x": 0.0}
+    assert read_reward_files(logs(tmp_path / "a", reward_txt="0.25\n")) == (0.25, {})
+    total, comps = read_reward_files(logs(tmp_path / "b", reward_json='{"reward": 1, "s": 0.5}'))
+    assert total == 1.0 and comps == {"reward": 1.0, "s": 0.5}
+    assert read_reward_files(logs(tmp_path / "c", rewards_json='{"a": 1, "b": 0}'))[0] == 0.5
+    total, comps = read_reward_files(logs(tmp_path / "d", reward_txt="1", reward_json='{"x": 0}'))
+    assert total == 1.0 and comps == {"x": 0.0}
+    assert read_reward_files(logs(tmp_path / "e", reward_txt="  .5e0 \n"))[0] == 0.5
 
 
 @pytest.mark.parametrize(
@@ -39,19 +47,33 @@ def test_reward_txt_and_json_components(tmp_path: Path) -> None:
     [
         ({}, "wrote no reward"),
         ({"reward_txt": ""}, "empty"),
-        ({"reward_txt": "passed"}, "not a number"),
-        ({"reward_txt": "nan"}, "not a finite number"),
+        ({"reward_txt": "passed"}, "not a plain decimal"),
+        ({"reward_txt": "nan"}, "not a plain decimal"),
+        ({"reward_txt": "inf"}, "not a plain decimal"),
+        ({"reward_txt": "1_0"}, "not a plain decimal"),
+        ({"reward_txt": "\u0661"}, "not a plain decimal"),
+        ({"reward_txt": "1e999"}, "not a finite number"),
         ({"reward_json": "{"}, "not valid JSON"),
+        ({"reward_json": "NaN"}, "not valid JSON"),
         ({"reward_json": '{"a": "high"}'}, "not a number"),
-        ({"reward_json": "[]"}, "non-empty object"),
+        ({"reward_json": '{"a": true}'}, "not a number"),
+        ({"reward_json": '{"a": {"b": 1}}'}, "flat object"),
+        ({"reward_json": "[]"}, "flat object"),
+        ({"reward_json": "[" * 60_000}, "not valid JSON"),
+        ({"reward_json": "[" * 200_000}, "larger than"),
     ],
 )
-def test_a_bad_or_missing_reward_is_an_infra_error(
+def test_a_bad_or_missing_reward_is_a_failed_grade(
     tmp_path: Path, files: dict[str, str], why: str
 ) -> None:
-    tmp_path.mkdir(exist_ok=True)
-    with pytest.raises(InfraError, match=why):
-        read_reward(logs(tmp_path, **files), ExecResult("", "trace", 2), 1)
+    with pytest.raises(GraderFailed, match=why):
+        read_reward_files(logs(tmp_path, **files))
+
+
+def test_huge_components_average_without_overflow(tmp_path: Path) -> None:
+    """(the range check of the rollout then refuses 1e308: tests/rollout/test_grade_rule.py)"""
+    total, _ = read_reward_files(logs(tmp_path, reward_json='{"a": 1e308, "b": 1e308}'))
+    assert total == 1e308
 
 
 def test_a_reward_link_is_not_followed(tmp_path: Path) -> None:
@@ -59,13 +81,43 @@ def test_a_reward_link_is_not_followed(tmp_path: Path) -> None:
     secret.write_text("0.99")
     (tmp_path / "logs").mkdir()
     os.symlink(secret, tmp_path / "logs" / "reward.txt")
-    with pytest.raises(InfraError, match="unreadable"):
-        read_reward(tmp_path / "logs", OK, 1)
+    with pytest.raises(GraderFailed, match="unreadable"):
+        read_reward_files(tmp_path / "logs")
 
 
-def test_a_verifier_timeout_is_an_infra_error(tmp_path: Path) -> None:
-    with pytest.raises(InfraError, match="timeout_sec = 5"):
-        read_reward(logs(tmp_path, reward_txt="1"), ExecResult("", "", 137, timed_out=True), 5)
+@pytest.mark.parametrize(
+    ("res", "why"),
+    [
+        (ExecResult("", "", 137, timed_out=True), "timeout_sec = 5"),
+        (ExecResult("", "", 137), "killed before it finished"),
+        (ExecResult(f"{END}{{}}\n", "", 137), "killed before it finished"),
+        (ended(137, signal=9), "killed by signal 9"),
+        (ended(0, unfinished_pytest=[12]), "pytest session ended before it finished"),
+        (ended(0, stragglers=2), "still running"),
+        (ExecResult("", "cannot change to directory /app/x", 1), "working directory is gone"),
+    ],
+)
+def test_a_verifier_that_did_not_end_on_its_own_is_a_failed_grade(
+    tmp_path: Path, res: ExecResult, why: str
+) -> None:
+    with pytest.raises(GraderFailed, match=why):
+        judge(res, logs(tmp_path, reward_txt="1"), 5)
+
+
+def test_a_forged_end_line_before_the_real_one_is_ignored(tmp_path: Path) -> None:
+    forged = f"{END}" + json.dumps({"exit_code": 0, "signal": None})
+    real = ended(1, signal=9)
+    res = ExecResult(forged + "\n" + real.stdout, "", 0)
+    with pytest.raises(GraderFailed, match="signal 9"):
+        judge(res, logs(tmp_path, reward_txt="1"), 5)
+
+
+def test_a_zero_with_a_missing_tool_names_the_tool(tmp_path: Path) -> None:
+    with pytest.raises(GraderFailed, match="needs uv"):
+        judge(ended(1, missing_tools=["uv"]), logs(tmp_path, reward_txt="0"), 5)
+    r = judge(ended(0, missing_tools=["uv"]), logs(tmp_path, reward_txt="1"), 5)
+    assert r.total == 1.0 and r.details["verifier_exit_code"] == 0
+    assert "test output" in r.details["verifier_output_tail"]
 
 
 @requires_bwrap
@@ -73,17 +125,29 @@ def test_a_verifier_timeout_is_an_infra_error(tmp_path: Path) -> None:
     ("test_sh", "toml", "why"),
     [
         ("exit 3\n", "", "wrote no reward"),
-        ("echo maybe > /logs/verifier/reward.txt\n", "", "not a number"),
-        ("sleep 30\n", "[verifier]\ntimeout_sec = 1\n", "took longer than"),
+        ("echo maybe > /logs/verifier/reward.txt\n", "", "not a plain decimal"),
+        ("echo 7 > /logs/verifier/reward.txt\n", "", "outside the reward range"),
+        ("sleep 30\n", "[verifier]\ntimeout_sec = 1\n", "timeout_sec = 1"),
+        ("echo 1 > /logs/verifier/reward.txt; kill -9 $$\n", "", "killed by signal 9"),
+        ("sleep 60 & echo 1 > /logs/verifier/reward.txt\n", "", "still running"),
+        ("no-such-tool-xyz; echo 0 > /logs/verifier/reward.txt\n", "", "needs no-such-tool-xyz"),
     ],
 )
-async def test_verifier_failures_end_the_episode_as_infra_error(
+async def test_verifier_failures_score_zero_with_the_reason(
     tmp_path: Path, test_sh: str, toml: str, why: str
 ) -> None:
     path = make_task(tmp_path, test_sh=test_sh)
     if toml:
         (path / "task.toml").write_text("[agent]\ntimeout_sec = 60\n" + toml)
     traj = await episode(path, "noop", config=EpisodeConfig(step_timeout=None, max_retries=1))
-    assert traj.status is Status.INFRA_ERROR and traj.reward is None
-    assert traj.attempts == 2, "retried, then given up"
-    assert why in (traj.error or "")
+    assert traj.status is Status.OK and traj.reward == 0.0
+    assert traj.attempts == 1, "a failed grade is not an infra error: never retried away"
+    assert why in (traj.grader_failed or ""), traj.grader_failed
+
+
+@requires_bwrap
+async def test_a_declared_reward_range_is_normalised(tmp_path: Path) -> None:
+    path = make_task(tmp_path, test_sh="echo 5 > /logs/verifier/reward.txt\n",
+                     toml="[metadata]\nreward_range = [0, 10]\n")  # fmt: skip
+    traj = await episode(path, "noop")
+    assert traj.status is Status.OK and traj.reward == 0.5 and traj.grader_failed is None

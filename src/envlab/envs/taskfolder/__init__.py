@@ -10,7 +10,8 @@ from envlab.envs.taskfolder.model import (
     is_task_folder,
     load_task_folder,
 )
-from envlab.envs.taskfolder.verifier import read_reward, run_verifier
+from envlab.envs.taskfolder.reward_file import read_reward_files
+from envlab.envs.taskfolder.verifier import judge, run_verifier
 
 __all__ = [
     "BuildPlan",
@@ -21,10 +22,11 @@ __all__ = [
     "TerminalEnv",
     "find_task_folders",
     "is_task_folder",
+    "judge",
     "load_task_env",
     "load_task_folder",
     "parse_dockerfile",
     "prepare_workspace",
-    "read_reward",
+    "read_reward_files",
     "run_verifier",
 ]

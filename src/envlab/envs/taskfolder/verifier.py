@@ -1,218 +1,199 @@
 """Grading after the episode, in a separate sandbox the agent never had access to.
 
-The verifier sandbox sees a copy of the agent's final workspace at ``/app`` (its processes are
-all dead by then), a pristine copy of the task's ``tests/`` at ``/tests``, and
-``/logs/verifier`` that only it can write. It runs ``bash /tests/test.sh`` from the workdir with
-a fixed PATH and a sanitized environment. ``python3`` there has ``pytest`` importable and never
-puts the working directory on ``sys.path`` for ``-c``/``-m`` (so a ``pytest.py`` or ``json.py``
-planted in ``/app`` is not imported); ``pytest`` runs with
+The verifier sandbox sees the agent's final workspace at ``/app`` (its processes are all dead
+by then), the task's pristine ``tests/`` read-only at ``/tests``, ``/logs/verifier`` for the
+reward, and envlab's kit read-only at ``/opt/envlab`` (see :mod:`.kit`). Its first process,
+``verifier_run.py``, strips bytecode and program-running git settings from the view of ``/app``,
+runs ``bash /tests/test.sh``, kills what outlived it and reports how test.sh ended. Every python
+runs with safe-path semantics (``PYTHONSAFEPATH=1``, bytecode only under a prefix of the
+verifier's own); ``pytest`` runs with a session guard and
 ``-p no:cacheprovider --rootdir=/tests --confcutdir=/tests``.
+
+The one rule for a valid grade: test.sh ended on its own (no signal, within its timeout, the
+reporting process alive), every pytest session it started finished, and the reward files hold
+finite numbers. Anything else is ``GraderFailed`` (the agent's code runs in here, so it may be
+the cause); ``InfraError`` only when the machinery failed (the sandbox could not start, the host
+could not set up the view).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
-import math
-import os
+import secrets
 import shutil
-import stat
 import tempfile
 from pathlib import Path
+from typing import Any
 
-from envlab.core.errors import InfraError
+from envlab.core.errors import GraderFailed, InfraError
 from envlab.core.rubric import Reward
+from envlab.envs.taskfolder import kit
 from envlab.envs.taskfolder.build import PreparedWorkspace
 from envlab.envs.taskfolder.model import TaskFolder
+from envlab.envs.taskfolder.reward_file import read_reward_files
 from envlab.sandbox import BubblewrapSandbox, ExecResult, Limits, Mount
 from envlab.sandbox.layout import host_layout
 from envlab.sandbox.workspace import copy_tree, state_dir
 
 LOGS = "/logs/verifier"
-WRAPPERS = "/opt/envlab/bin"
-REWARD_FILES = ("reward.json", "rewards.json", "reward.txt")
-_MAX_REWARD_BYTES = 64 << 10
 
 # variables a task's env may not set for the verifier: they would change which programs run
 _DENY_EXACT = {"PATH", "HOME", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "CDPATH"}
 _DENY_PREFIX = ("LD_", "PYTHON", "PYTEST", "PERL5", "RUBY", "NODE_OPTIONS", "JAVA_TOOL_OPTIONS")
-
-_PYTHON_WRAPPER = """#!/bin/sh
-# envlab verifier: python3 that never puts the working directory (/app) on sys.path for
-# -c, -m or stdin, so modules planted by the agent cannot shadow pytest or the stdlib.
-for arg in "$@"; do
-  case "$arg" in
-    -W|-X) skip=1; continue ;;
-  esac
-  if [ -n "$skip" ]; then skip=; continue; fi
-  case "$arg" in
-    -c*|-m*|-) exec {python} -P "$@" ;;
-    --*) continue ;;
-    -*c*|-*m*) exec {python} -P "$@" ;;  # combined flags: -Bm pytest, -Ic '...'
-    -*) continue ;;
-    *) exec {python} "$@" ;;
-  esac
-done
-exec {python} -P "$@"
-"""
-_PYTEST_WRAPPER = """#!/bin/sh
-exec {python} -P -m pytest "$@"
-"""
+_DENY_PREFIX += ("GIT_", "ENVLAB_")
+# git, however it is called, runs no program named by a repository's config (the view of /app
+# has its configs rewritten too; these take command-line precedence over what remains)
+_GIT_SAFE = {
+    "core.fsmonitor": "false",
+    "core.hooksPath": "/dev/null",
+    "core.pager": "cat",
+    "core.editor": "true",
+    "core.sshCommand": "false",
+    "core.askPass": "",
+    "diff.external": "",
+    "credential.helper": "",
+    "safe.directory": "*",
+}
 
 
-def _wrappers() -> Path:
-    """``python3``, ``python`` and ``pytest`` for the verifier's PATH (written once)."""
-    python = host_layout(state_dir()).python_bin
-    digest = hashlib.sha256((_PYTHON_WRAPPER + _PYTEST_WRAPPER + python).encode()).hexdigest()
-    d = state_dir() / f"verifier-bin-{digest[:12]}"
-    if d.is_dir():
-        return d
-    tmp = Path(tempfile.mkdtemp(prefix="verifier-bin-", dir=state_dir()))
-    for name, text in (
-        ("python3", _PYTHON_WRAPPER),
-        ("python", _PYTHON_WRAPPER),
-        ("pytest", _PYTEST_WRAPPER),
-    ):
-        (tmp / name).write_text(text.format(python=python))
-        (tmp / name).chmod(0o755)
-    tmp.chmod(0o755)
-    try:
-        tmp.rename(d)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return d
-
-
-def verifier_env(task: TaskFolder, prepared: PreparedWorkspace) -> dict[str, str]:
+def verifier_env(task: TaskFolder, prepared: PreparedWorkspace, sessions: str) -> dict[str, str]:
     task_env = {**prepared.env, **task.config.environment.env, **task.config.verifier.env}
     clean = {
         k: v for k, v in task_env.items() if k not in _DENY_EXACT and not k.startswith(_DENY_PREFIX)
     }
+    git = {"GIT_CONFIG_COUNT": str(len(_GIT_SAFE)), "GIT_CONFIG_NOSYSTEM": "1"}
+    for i, (k, v) in enumerate(_GIT_SAFE.items()):
+        git |= {f"GIT_CONFIG_KEY_{i}": k, f"GIT_CONFIG_VALUE_{i}": v}
     return {
         **clean,
-        "PATH": f"{WRAPPERS}:{host_layout(state_dir()).path}",
+        **git,
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "PATH": f"{kit.BIN}:{host_layout(state_dir()).path}",
         "HOME": "/tmp",
+        "BASH_ENV": f"{kit.LIB}/bash_env.sh",
         "PYTHONNOUSERSITE": "1",
+        "PYTHONSAFEPATH": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPYCACHEPREFIX": "/tmp/.pycache",
         "PYTEST_ADDOPTS": "-p no:cacheprovider --rootdir=/tests --confcutdir=/tests",
+        "ENVLAB_PYTEST_SESSIONS": sessions,
     }
 
 
 async def run_verifier(
-    task: TaskFolder, workspace: Path, prepared: PreparedWorkspace, *, memory_mb: int = 4096
+    task: TaskFolder,
+    workspace: Path,
+    prepared: PreparedWorkspace,
+    *,
+    memory_mb: int = 4096,
+    network: bool = False,
 ) -> Reward:
-    """Run the task's tests against a copy of the frozen ``workspace``; return the reward they
-    wrote, or raise ``InfraError``. The workspace itself is left as the agent left it, so that
-    grading again (``regrade``) sees the same state."""
+    """Run the task's tests against the frozen ``workspace``; return the reward they wrote.
+    ``GraderFailed`` when the grade is not valid, ``InfraError`` when the machinery failed.
+    The workspace itself is left as the agent left it: grading again sees the same state."""
     timeout = task.config.verifier.timeout_sec
     root = Path(tempfile.mkdtemp(prefix="verify-", dir=state_dir()))
     try:
-        app, tests, logs = root / "app", root / "tests", root / "logs"
-        # links are copied as links, FIFOs and other special files are left out
-        await asyncio.to_thread(copy_tree, workspace, app)
-        shutil.copytree(task.tests_dir, tests, symlinks=True)
-        logs.mkdir()
+        app, logs = root / "app", root / "logs"
+        try:
+            await asyncio.to_thread(copy_tree, workspace, app)
+            logs.mkdir()
+        except OSError as e:
+            raise InfraError(f"could not set up the verifier's view of the workspace: {e}") from e
+        sessions = f"/tmp/.envlab-{secrets.token_hex(8)}"
         box = BubblewrapSandbox(
             app_dir=app,
             mounts=[
-                Mount(tests, "/tests", writable=True),
+                Mount(task.tests_dir, "/tests"),
                 Mount(logs, LOGS, writable=True),
-                Mount(_wrappers(), WRAPPERS),
+                Mount(kit.kit_dir(), kit.MOUNT),
             ],
-            env=verifier_env(task, prepared),
+            env=verifier_env(task, prepared, sessions),
+            network=network,
             workdir=prepared.workdir,
             limits=Limits(timeout_s=timeout, memory_bytes=memory_mb << 20),
             name=f"verifier-{task.name}",
         )
         try:
             await asyncio.to_thread(box.prepare)
-            res = await box.exec(["bash", "/tests/test.sh"], timeout=timeout)
+            python = host_layout(state_dir()).python_bin
+            res = await box.exec(
+                [python, "-I", "-S", f"{kit.LIB}/verifier_run.py"], timeout=timeout
+            )
         finally:
             await box.close()
-        return read_reward(logs, res, timeout)
+        return judge(res, logs, timeout)
     finally:
         await asyncio.to_thread(shutil.rmtree, root, True)
 
 
-def _read_small(path: Path) -> str | None:
-    """The file's text, never following a link, never more than 64 KiB; None if absent."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
+def _end_report(res: ExecResult) -> dict[str, Any] | None:
+    """The report ``verifier_run.py`` printed last, if it ended on its own."""
+    if res.exit_code != 0 or res.timed_out:
         return None
-    except OSError as e:
-        raise InfraError(f"verifier wrote an unreadable {path.name} ({e})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InfraError(f"verifier's {path.name} is not a regular file")
-        data = os.read(fd, _MAX_REWARD_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > _MAX_REWARD_BYTES:
-        raise InfraError(f"verifier's {path.name} is larger than {_MAX_REWARD_BYTES} bytes")
-    return data.decode(errors="replace")
+    _, sep, line = res.stdout.rstrip("\n").rpartition("\n" + kit.END)
+    if not sep:
+        return None
+    with contextlib.suppress(json.JSONDecodeError):
+        report = json.loads(line)
+        if isinstance(report, dict):
+            return report
+    return None
 
 
-def _number(value: object, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InfraError(f"{where} is {value!r}, not a number")
-    x = float(value)
-    if not math.isfinite(x):
-        raise InfraError(f"{where} is {value!r}, not a finite number")
-    return x
-
-
-def read_reward(logs: Path, res: ExecResult, timeout: float) -> Reward:
-    """The reward in ``logs``: ``reward.json``/``rewards.json`` (named components; ``reward`` or
-    their mean is the total) and/or ``reward.txt`` (the total)."""
-    details = {
-        "verifier_exit_code": res.exit_code,
+def judge(res: ExecResult, logs: Path, timeout: float) -> Reward:
+    """The valid reward of one verifier run, or ``GraderFailed`` saying why there is none."""
+    report = _end_report(res)
+    out = res.stdout.rpartition("\n" + kit.END)[0] if report else res.stdout
+    details: dict[str, Any] = {
+        "verifier_exit_code": report["exit_code"] if report else None,
         "verifier_duration_s": round(res.duration_s, 3),
-        "verifier_output_tail": (res.stdout[-2000:] + res.stderr[-2000:]).strip(),
+        "verifier_output_tail": (out[-2000:] + res.stderr[-2000:]).strip(),
     }
+    if report:
+        details["not_carried"] = report.get("prepared", [])
+    why = _invalid(res, report, timeout)
+    if why is None:
+        try:
+            total, components = read_reward_files(logs)
+        except GraderFailed as e:
+            why = str(e)
+        else:
+            missing = report.get("missing_tools") if report else None
+            if missing and total <= 0:
+                why = f"the verifier needs {', '.join(missing)}, not installed in the sandbox"
+            else:
+                return Reward(total=total, components=components, details=details)
+    tail = str(details["verifier_output_tail"])[-1500:]
+    raise GraderFailed(f"{why} (test.sh exit code {details['verifier_exit_code']}). "
+                       f"Output tail:\n{tail}")  # fmt: skip
+
+
+def _invalid(res: ExecResult, report: dict[str, Any] | None, timeout: float) -> str | None:
     if res.timed_out:
-        raise InfraError(
-            f"the verifier (tests/test.sh) took longer than [verifier] timeout_sec = {timeout}s "
-            "and was killed; raise the timeout in task.toml if the tests need longer"
+        return (
+            f"the verifier (tests/test.sh) ran past [verifier] timeout_sec = {timeout:g}s and "
+            "was killed"
         )
-    components: dict[str, float] = {}
-    total: float | None = None
-    for name in ("reward.json", "rewards.json"):
-        text = _read_small(logs / name)
-        if text is None:
-            continue
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InfraError(
-                f"/logs/verifier/{name} is not valid JSON ({e}): {text[:200]!r}"
-            ) from None
-        if isinstance(data, int | float) and not isinstance(data, bool):
-            total = _number(data, f"/logs/verifier/{name}")
-            continue
-        if not isinstance(data, dict) or not data:
-            raise InfraError(f"/logs/verifier/{name} must be a non-empty object of numbers")
-        for k, v in data.items():
-            components[str(k)] = _number(v, f"/logs/verifier/{name}[{k!r}]")
-        total = components.get("reward", sum(components.values()) / len(components))
-    text = _read_small(logs / "reward.txt")
-    if text is not None:
-        if not text.strip():
-            raise InfraError("the verifier wrote an empty /logs/verifier/reward.txt")
-        try:
-            total = _number(float(text.strip()), "/logs/verifier/reward.txt")
-        except ValueError:
-            raise InfraError(
-                f"/logs/verifier/reward.txt holds {text.strip()[:100]!r}, not a number"
-            ) from None
-    if total is None:
-        tail = details["verifier_output_tail"]
-        raise InfraError(
-            "the verifier wrote no reward: /logs/verifier/reward.txt and reward.json are missing "
-            f"(tests/test.sh exited with code {res.exit_code}). Output tail:\n{str(tail)[-1500:]}"
+    if report is None:
+        if "cannot change to directory" in res.stderr:
+            return "the working directory is gone from the workspace; tests/test.sh could not start"
+        return (
+            f"the verifier was killed before it finished (exit {res.exit_code}): something in "
+            "the sandbox killed its processes"
         )
-    with contextlib.suppress(ValueError):
-        details["reward_files"] = sorted(p.name for p in logs.iterdir())
-    return Reward(total=total, components=components, details=details)
+    if report.get("signal"):
+        return f"tests/test.sh was killed by signal {report['signal']}"
+    if report.get("unfinished_pytest"):
+        return (
+            "a pytest session ended before it finished (os._exit or a kill in the code under "
+            "test), whatever exit code it left"
+        )
+    if report.get("stragglers"):
+        return (
+            f"{report['stragglers']} process(es) started by the tests were still running when "
+            "tests/test.sh ended (they could rewrite the reward); the tests must stop them"
+        )
+    return None
