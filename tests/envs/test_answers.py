@@ -35,3 +35,61 @@ def test_equality_and_format() -> None:
     assert not numbers_equal(2.0, 3.0)
     assert format_number(19.0) == "19"
     assert format_number(2.5) == "2.5"
+
+
+CALC_PROMPT = (
+    "Compute 10 / 2 using the calculator tools (one tool call per operation). "
+    "When you have the result, reply with just the final number."
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        CALC_PROMPT,  # the whole prompt echoed
+        "10 / 2",  # the expression alone: the fraction is the prompt's, not a result
+        "10/2",
+        "10 ÷ 2",
+        "\\boxed{10 / 2}",
+        "Sure! Compute 10 / 2 using the calculator tools",
+        "The answer is 10 / 2",
+    ],
+)
+def test_an_echo_of_the_prompt_is_not_an_answer(text: str) -> None:
+    assert extract_number(text) is not None  # what the parser alone would read
+    assert extract_number(text, not_from=[CALC_PROMPT]) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "prompt", "want"),
+    [
+        ("5", CALC_PROMPT, 5),
+        ("The answer is 5.", CALC_PROMPT, 5),
+        ("\\boxed{5}", CALC_PROMPT, 5),
+        ("10 / 2 = 5", CALC_PROMPT, 5),
+        ("Compute 10 / 2 using the calculator tools: 5", CALC_PROMPT, 5),
+        ("I divided 10 by 2 and got 5", CALC_PROMPT, 5),
+        # the answer is a number of the prompt, stated by the agent
+        ("5", "Compute (5 + 3) - 3 using the calculator tools.", 5),
+        ("(5 + 3) - 3 = 5", "Compute (5 + 3) - 3 using the calculator tools.", 5),
+        ("5 + 3 = 8, 8 - 3 = 5", "Compute (5 + 3) - 3 using the calculator tools.", 5),
+        ("The result is 2", "Compute ((14 / 7) / 2) * 2 using the tools.", 2),
+        # a unary minus is the agent's own number, not the prompt's "- 3"
+        ("-3", "Compute (9 - 3) - 9 using the calculator tools.", -3),
+        ("The answer is −3", "Compute (9 - 3) - 9 using the calculator tools.", -3),
+        (
+            "Ava has 12 apples and finds 3 more, so Ava has 15 apples.",
+            "Ava has 12 apples and finds 3 more. How many apples does Ava have?",
+            15,
+        ),
+        ("15 apples are left.", "Ivan had 30 apples and gave away 15. How many are left?", 15),
+    ],
+)
+def test_honest_answers_parse_beside_the_prompt(text: str, prompt: str, want: float) -> None:
+    assert extract_number(text, not_from=[prompt]) == pytest.approx(want)
+
+
+def test_the_last_number_of_an_echo_is_not_read_either() -> None:
+    prompt = "Compute ((14 / 7) / 2) * 2 using the calculator tools."
+    assert extract_number("((14 / 7) / 2) * 2", not_from=[prompt]) is None
+    assert extract_number("Compute ((14 / 7) / 2) * 2", not_from=[prompt]) is None

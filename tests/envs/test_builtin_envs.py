@@ -1,11 +1,24 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from envlab.core import Action, ConfigError, NotFoundError, ToolCall
+from envlab.agents.scripted import OracleAgent
+from envlab.core import (
+    Action,
+    Agent,
+    AgentSpec,
+    ConfigError,
+    NotFoundError,
+    Observation,
+    ToolCall,
+    ToolEnv,
+)
 from envlab.envs import load_env
 from envlab.envs.arith import ArithEnv
 from envlab.envs.calc import CalcEnv
+from envlab.rollout import rollout
 
 
 def test_arith_tasks_are_deterministic_and_cover_levels() -> None:
@@ -65,3 +78,53 @@ def test_registry_finds_entry_points_and_paths() -> None:
         load_env("arith", level=7)
     with pytest.raises(NotFoundError, match="no attribute"):
         load_env("envlab.envs.calc:Nope")
+
+
+class EchoPromptAgent(Agent):
+    """Replies with the task's prompt (or a part of it) as its final answer: solves nothing."""
+
+    name = "echo-prompt"
+
+    def __init__(self, part: str = "all") -> None:
+        self.part = part
+
+    @property
+    def spec(self) -> AgentSpec:
+        return AgentSpec(name=f"{self.name}:{self.part}", harness="scripted:echo")
+
+    async def act(self, observation: Observation) -> Action:
+        text = observation.text
+        if self.part == "expression":  # calc: "Compute EXPR using the calculator tools ..."
+            text = text.removeprefix("Compute ").split(" using ")[0]
+        elif self.part == "question":  # arith: the prompt without its last sentence
+            text = text.rsplit(" Give ", 1)[0]
+        return Action(text=text)
+
+
+async def _mean_reward(env: ToolEnv, agent: Agent, out: Path, n: int = 500) -> list[float]:
+    result = await rollout(
+        env, agent, env.tasks(n=n), out_dir=out, concurrency=16, progress=False, env_id=env.id
+    )
+    assert result.new_episodes == n
+    return [r.reward for r in result.records if r.reward is not None]
+
+
+@pytest.mark.parametrize(
+    ("env", "part"),
+    [
+        (CalcEnv(), "all"),
+        (CalcEnv(), "expression"),
+        (ArithEnv(), "all"),
+        (ArithEnv(), "question"),
+    ],
+    ids=["calc-prompt", "calc-expression", "arith-prompt", "arith-question"],
+)
+async def test_echoing_the_prompt_earns_nothing(env: ToolEnv, part: str, tmp_path: Path) -> None:
+    rewards = await _mean_reward(env, EchoPromptAgent(part), tmp_path / "run")
+    assert len(rewards) == 500 and max(rewards) == 0.0
+
+
+@pytest.mark.parametrize("env", [CalcEnv(), ArithEnv()], ids=["calc", "arith"])
+async def test_the_oracle_still_earns_everything(env: ToolEnv, tmp_path: Path) -> None:
+    rewards = await _mean_reward(env, OracleAgent(), tmp_path / "run")
+    assert len(rewards) == 500 and min(rewards) == 1.0

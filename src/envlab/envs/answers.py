@@ -1,9 +1,17 @@
-"""Tolerant parsing of a final numeric answer from free text."""
+"""Tolerant parsing of a final numeric answer from free text, that the agent wrote itself.
+
+``extract_number(text, not_from=[prompt])`` reads the agent's final number, but never one that
+the agent copied from the prompt: text it repeats from what it was shown (the expression
+``10 / 2``, a sentence with a number in it) is masked before parsing, so an agent that echoes
+the prompt earns nothing. A number the agent states itself counts even when the prompt also
+contains it (``5`` for ``(5 + 3) - 3``).
+"""
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from fractions import Fraction
 
 _NUM = r"[-−]?\$?\s?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?|[-−]?\.\d+"
@@ -12,6 +20,20 @@ _BOXED_RE = re.compile(r"\\boxed\{([^{}]*)\}")
 _MARKER_RE = re.compile(
     r"(?:####|final answer|answer\s*(?:is|:|=)|result\s*(?:is|:|=)|=)\s*[:=]?", re.IGNORECASE
 )
+
+# Tokens for finding echoes: numbers (a minus touching the digits and not following an operand
+# is the number's sign), words, and arithmetic symbols; other punctuation and spaces are ignored.
+_TOKEN_RE = re.compile(
+    r"(?P<num>(?:(?:(?<![\s\S])|(?<=[\s(\[{=:]))[-−])?"
+    r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)"
+    r"|(?P<word>[^\W\d_]+)"
+    r"|(?P<op>[-−+*/×÷^=()%$])"
+)
+_OPS = str.maketrans({"−": "-", "×": "*", "÷": "/"})
+ECHO_TOKENS = 2
+"""A run of this many tokens or more, with a number among them, copied from the prompt is an
+echo: "10 / 2", "3 boxes", "- 3". A lone number is the agent's own statement."""
+_MASK = " … "
 
 
 def to_number(token: str) -> float | None:
@@ -24,15 +46,66 @@ def to_number(token: str) -> float | None:
         return None
 
 
-def extract_number(text: str | None) -> float | None:
-    """The final numeric answer in ``text``.
+def _tokens(text: str) -> list[tuple[tuple[str, object], int, int, bool]]:
+    """``(key, start, end, is_number)`` for each token; numbers are keyed by value."""
+    out: list[tuple[tuple[str, object], int, int, bool]] = []
+    for m in _TOKEN_RE.finditer(text):
+        kind = m.lastgroup or ""
+        raw = m.group()
+        if kind == "num":
+            value: object = to_number(raw)
+        elif kind == "word":
+            value = raw.lower()
+        else:
+            value = raw.translate(_OPS)
+        out.append(((kind, value), m.start(), m.end(), kind == "num"))
+    return out
+
+
+def mask_echoes(text: str, sources: Iterable[str], n: int = ECHO_TOKENS) -> str:
+    """``text`` with every span copied from ``sources`` that carries a number blanked out.
+
+    A span is copied when ``n`` or more consecutive tokens of ``text`` (numbers compared by
+    value, words without case, whitespace and punctuation ignored) occur in that order in a
+    source."""
+    grams: set[tuple[tuple[str, object], ...]] = set()
+    for source in sources:
+        keys = [t[0] for t in _tokens(source)]
+        grams.update(tuple(keys[i : i + n]) for i in range(len(keys) - n + 1))
+    if not grams:
+        return text
+    toks = _tokens(text)
+    copied = [False] * len(toks)
+    for i in range(len(toks) - n + 1):
+        window = toks[i : i + n]
+        if any(t[3] for t in window) and tuple(t[0] for t in window) in grams:
+            copied[i : i + n] = [True] * n
+    parts: list[str] = []
+    pos = i = 0
+    while i < len(toks):
+        if not copied[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(toks) and copied[j + 1]:
+            j += 1
+        parts += [text[pos : toks[i][1]], _MASK]
+        pos, i = toks[j][2], j + 1
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+def extract_number(text: str | None, *, not_from: Iterable[str] = ()) -> float | None:
+    """The final numeric answer in ``text``, the agent's own.
 
     Looks, in order, for ``\\boxed{x}``, the number after the last answer marker ("####",
     "answer is", "Answer:", "="), then the last number in the text. Accepts thousands
-    separators, currency signs, decimals, fractions and a unicode minus.
+    separators, currency signs, decimals, fractions and a unicode minus. Text copied from
+    ``not_from`` (the prompt the agent was shown) is masked first (``mask_echoes``).
     """
     if not text:
         return None
+    text = mask_echoes(text, not_from)
     boxed = _BOXED_RE.findall(text)
     if boxed:
         nums = _NUM_RE.findall(boxed[-1])

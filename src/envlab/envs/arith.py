@@ -98,8 +98,11 @@ LEVELS: dict[int, Callable[[random.Random], Problem]] = {1: _level1, 2: _level2,
 
 
 def _correct(env: ArithEnv) -> float:
+    """The agent's final number is the answer; text copied from the problem is not a number of
+    the agent's (an echo of "gave away 15" is not the answer 15)."""
     assert env.task is not None
-    return float(numbers_equal(extract_number(env.final_answer), float(env.task.answer)))
+    got = extract_number(env.final_answer, not_from=[env.task.prompt, env.system_prompt()])
+    return float(numbers_equal(got, float(env.task.answer)))
 
 
 class ArithEnv(ToolEnv):

@@ -51,14 +51,20 @@ def _make_problem(
     return expr[1:-1] if n_ops else expr, value, steps
 
 
+def _answer(env: CalcEnv) -> float | None:
+    """The agent's final number; text it copied from the prompt (the expression) is not one."""
+    assert env.task is not None
+    return extract_number(env.final_answer, not_from=[env.task.prompt, env.system_prompt()])
+
+
 def _correct(env: CalcEnv) -> float:
     assert env.task is not None
-    return float(numbers_equal(extract_number(env.final_answer), float(env.task.answer)))
+    return float(numbers_equal(_answer(env), float(env.task.answer)))
 
 
 def _computed_with_tools(env: CalcEnv) -> float:
     """1 if a tool call produced the final answer: the agent computed it, it did not guess."""
-    got = extract_number(env.final_answer)
+    got = _answer(env)
     return float(
         got is not None
         and any(numbers_equal(got, r) for r in env.results)
