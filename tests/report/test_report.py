@@ -163,6 +163,22 @@ def test_sandbox_commands_and_hostile_text(browser: Any, tmp_path: Path) -> None
     page.close()
 
 
+def test_a_failed_grade_shows_why_and_the_verifier_output(browser: Any, tmp_path: Path) -> None:
+    failed = shell_episode("t-1", reward=0.0)
+    failed.grader_failed = "tests/test.sh was killed by signal 9"
+    failed.info = {"grade": {"verifier_exit_code": 137, "verifier_output_tail": "FAILED x"}}
+    run = write_run(tmp_path / "g", [failed, shell_episode("t-2")])
+    out = tmp_path / "r.html"
+    write_report([run], out)
+    page, _, errors = open_page(browser, out)
+    assert not errors, errors
+    assert "grader failed" in page.inner_text("#summary")
+    page.click("#task-list .item[data-task='t-1']")
+    head = page.inner_text("#episode .episode-head")
+    assert "killed by signal 9" in head and "test.sh exit code 137" in head and "FAILED x" in head
+    page.close()
+
+
 def test_strings_repeated_across_episodes_are_stored_once(tmp_path: Path) -> None:
     run = write_run(tmp_path / "shell", [shell_episode(f"t-{i}") for i in range(50)])
     html = render_report([load_run(run, trajectories=True)])

@@ -42,6 +42,20 @@ class EpisodeRow(BaseModel):
     duration_s: float
     attempts: int
     error: str | None = None
+    grader_failed: str | None = None
+    """Why the grade was invalid twice (the episode then scores 0)."""
+    verifier_exit_code: int | None = None
+    verifier_output_tail: str = ""
+
+    def why(self) -> str:
+        """One line on why this sample scored what it did."""
+        if self.grader_failed:
+            return "grader failed: " + self.grader_failed.splitlines()[0]
+        if self.error:
+            return self.error.strip().splitlines()[0]
+        tail = self.verifier_output_tail.strip().splitlines()
+        code = self.verifier_exit_code
+        return f"test.sh exit {code}" + (f": {tail[-1][:160]}" if tail else "")
 
 
 class CheckRow(BaseModel):
@@ -95,6 +109,7 @@ async def run_samples(
                 agent_spec=agent.spec,
                 config=episode_config(task, max_retries),
             )
+        grade = traj.info.get("grade") or {}
         return EpisodeRow(
             task_id=task.id,
             sample=sample,
@@ -104,6 +119,9 @@ async def run_samples(
             duration_s=round(traj.timings.duration_s, 3),
             attempts=traj.attempts,
             error=traj.error,
+            grader_failed=traj.grader_failed,
+            verifier_exit_code=grade.get("verifier_exit_code"),
+            verifier_output_tail=str(grade.get("verifier_output_tail", "")),
         )
 
     return list(await asyncio.gather(*(one(t, s) for t in tasks for s in range(samples))))
@@ -132,10 +150,14 @@ async def check(
             problems.append("no solution/solve.sh")
         for r in o:
             if r.status != "ok" or r.reward != 1.0:
-                problems.append(f"oracle sample {r.sample}: {r.status}, reward {r.reward}")
+                problems.append(
+                    f"oracle sample {r.sample}: {r.status}, reward {r.reward} ({r.why()})"
+                )
         for r in n:
             if r.status != "ok" or r.reward != 0.0:
-                problems.append(f"noop sample {r.sample}: {r.status}, reward {r.reward}")
+                problems.append(
+                    f"noop sample {r.sample}: {r.status}, reward {r.reward} ({r.why()})"
+                )
         notes = [f"task.toml: unknown key {k}" for k in folder.config.unknown_keys()]
         try:
             notes += (await prepare_workspace(folder)).notes
@@ -188,14 +210,13 @@ def run_cmd(
         out.print_json(json.dumps([r.model_dump(mode="json") for r in rows]))
     else:
         table = Table(title=f"{path} / {the_agent.spec.name}")
-        for col in ("task", "sample", "status", "reward", "components", "seconds", "error"):
+        for col in ("task", "sample", "status", "reward", "components", "seconds", "why"):
             table.add_column(col, overflow="fold")
         for r in rows:
             comps = ", ".join(f"{k}={v:g}" for k, v in r.components.items())
-            error = (r.error or "").strip().splitlines()
             table.add_row(
                 r.task_id, str(r.sample), r.status, _reward(r.reward), comps,
-                f"{r.duration_s:.2f}", error[0][:120] if error else "",
+                f"{r.duration_s:.2f}", r.why()[:200],
             )  # fmt: skip
         out.print(table)
     if any(r.status in ("infra_error", "env_error") for r in rows):

@@ -98,6 +98,7 @@ def episode_detail(t: Trajectory, strings: _Strings, max_chars: int) -> dict[str
         "comp": _clip(t.components, 0),
         "gated_by": t.gated_by,
         "error": _clip(t.error, max_chars),
+        "grader_failed": _clip(t.grader_failed, max_chars),
         "attempts": t.attempts,
         "time": {
             k: _r(getattr(t.timings, k)) for k in ("duration_s", "agent_s", "env_s", "grade_s")

@@ -144,6 +144,8 @@
           h("dt", { text: "task / sample" }), h("dd", { text: `${e.task} / ${e.sample} (seed ${e.seed}, attempts ${e.attempts})` }),
           comps.length ? [h("dt", { text: "reward components" }), h("dd", { class: "components" }, comps.map(([k, v]) => h("span", { style: "margin-right:12px" }, `${k}: `, h("b", { text: fmt(v) }))))] : null,
           e.gated_by ? [h("dt", { text: "zeroed by gate" }), h("dd", { class: "error", text: e.gated_by })] : null,
+          e.grader_failed ? [h("dt", { text: "grader failed (scored 0)" }), h("dd", {}, h("pre", { class: "error grader-failed", text: e.grader_failed }))] : null,
+          e.info && e.info.grade && e.info.grade.verifier_exit_code !== undefined ? [h("dt", { text: "verifier" }), h("dd", {}, `test.sh exit code ${e.info.grade.verifier_exit_code}`, h("pre", { class: "verifier-tail", text: e.info.grade.verifier_output_tail || "" }))] : null,
           h("dt", { text: "time" }), h("dd", { text: `${fmt(e.time.duration_s, 3)}s (agent ${fmt(e.time.agent_s, 3)}s, env ${fmt(e.time.env_s, 3)}s, grade ${fmt(e.time.grade_s, 3)}s)` }),
           e.tokens ? [h("dt", { text: "tokens" }), h("dd", { text: `${e.tokens.prompt} prompt, ${e.tokens.completion} completion` })] : null),
         e.error ? h("pre", { class: "error", text: e.error }) : null,
