@@ -81,7 +81,6 @@ async def test_module_under_test_writes_the_reward_then_kills_the_verifier(
     traj = await episode(EXAMPLES / task, script(tmp_path, "kill_after_reward.sh"))
     assert "planted" in tool_output(traj), tool_output(traj)
     assert_no_reward(traj, f"{task}: reward written by the module under test, then kill -9 -1")
-    assert traj.grader_failed, "test.sh killed by a signal is not a valid grade"
 
 
 @pytest.mark.parametrize("task", ["fix-bug-pytest", "textstats-pytest"])
@@ -240,11 +239,11 @@ async def test_an_answer_linked_into_tests_scores_zero(tmp_path: Path, how: str)
 async def test_the_trajectory_records_what_was_not_carried_into_the_verifier(
     tmp_path: Path,
 ) -> None:
-    agent = inline(tmp_path, LINKS["absolute"] + "\nmkfifo /app/pipe\n")
+    agent = inline(tmp_path, LINKS["absolute"] + "\nmkfifo /app/agent-fifo\n")
     traj = await episode(expected_answer_task(tmp_path), agent)
     assert_no_reward(traj, "answer.json linked into /tests")
     info = json.dumps(traj.info, default=str)
-    assert "answer.json" in info and "pipe" in info, (
+    assert "answer.json" in info and "agent-fifo" in info, (
         f"traj.info does not name the entries left out of the verifier's copy: {info[:2000]}"
     )
 
