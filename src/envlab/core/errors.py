@@ -36,5 +36,10 @@ class GraderFailed(EnvlabError):
 
     The agent may have caused it, so it is never excluded like an ``InfraError``: the grader is
     run once more, fresh, on the same frozen state, and if that fails too the episode scores 0
-    and records ``grader_failed`` with this message.
+    and records ``grader_failed`` with this message. ``details`` (e.g. the verifier's exit code
+    and output tail) are kept in the trajectory's ``info["grade"]``.
     """
+
+    def __init__(self, message: str, *, details: dict[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.details = details or {}

@@ -24,10 +24,12 @@ from envlab.core import (
     Task,
     Timings,
     Trajectory,
+    install_agent_clock,
+    reset_agent_clock,
     validate_reward,
 )
 from envlab.core.rubric import reward_range_of
-from envlab.rollout.deadlines import deadlines
+from envlab.rollout.deadlines import WAIT, EpisodeClock, deadlines
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,11 @@ class EpisodeConfig:
     it the episode is ``infra_error``."""
     max_steps: int | None = None
     """Overrides the environment's own ``max_steps`` when set."""
+    wait_timeout: float | None = 3600.0
+    """The longest an attempt may wait in all for shared resources (a model's queue, a rate
+    limit's backoff, a sandbox starting: ``core.clock.not_agent_time``), time that is not on
+    the step and episode clocks; past it the episode is ``infra_error`` (the machinery is
+    overloaded)."""
     max_retries: int = 2
     retry_backoff: float = 0.05
 
@@ -154,6 +161,10 @@ async def _attempt(
     info: dict[str, Any] = {}
     # who is running right now, to attribute an exception: "env", "agent" or "engine"
     phase = "engine"
+    stage = "reset"  # what the episode is doing, for a timeout's message: reset, start, steps
+    # waiting for shared resources stops the step and episode clocks (core.clock)
+    agent_clock = dl.agent_clock(me, wait_limit=cfg.wait_timeout)
+    clock_token = install_agent_clock(agent_clock)
     try:
         dl.set(me, cfg.reset_timeout, _RESET)
         phase = "agent"
@@ -184,13 +195,21 @@ async def _attempt(
         tm = clock()
         env_s += tm - ts
         # the agent's time starts now: building the workspace is not the agent's time
-        episode_deadline = dl.set(me, cfg.episode_timeout, _EPISODE)
-        phase = "agent"
+        episode_deadline = dl.set(me, cfg.episode_timeout, _EPISODE, pausable=True)
+        phase, stage = "agent", "start"
         await agent.start(ctx)
         agent_s += clock() - tm
+        stage = "steps"
         for index in range(max_steps):
             if cfg.step_timeout is not None:
-                dl.set(me, cfg.step_timeout, _STEP, cap=episode_deadline, cap_reason=_EPISODE)
+                dl.set(
+                    me,
+                    cfg.step_timeout,
+                    _STEP,
+                    cap=episode_deadline,
+                    cap_reason=_EPISODE,
+                    pausable=True,
+                )
             ts = clock()
             phase = "agent"
             action = await agent.act(obs)
@@ -233,12 +252,12 @@ async def _attempt(
             await _close_quietly(env, agent)
             raise
         me.uncancel()
-        status, error = _timed_out(reason, cfg, len(steps))
+        status, error = _timed_out(reason, cfg, len(steps), _doing(stage, phase), agent_clock)
     except Exception as e:
         reason = dl.expired(me)  # the party may have turned our cancellation into its own error
         if reason is not None:
             me.uncancel()
-            status, error = _timed_out(reason, cfg, len(steps))
+            status, error = _timed_out(reason, cfg, len(steps), _doing(stage, phase), agent_clock)
         elif isinstance(e, InfraError):  # transport or sandbox: never the party's fault
             status, error = Status.INFRA_ERROR, _describe(e)
         elif phase == "env":
@@ -248,6 +267,8 @@ async def _attempt(
         else:  # a bug in the engine is infrastructure, not the agent's failure
             status, error = Status.INFRA_ERROR, "engine: " + _describe(e)
     finally:
+        agent_clock.close()
+        reset_agent_clock(clock_token)
         if dl.clear(me):
             await dl.absorb(me)
 
@@ -309,6 +330,7 @@ async def _attempt(
             agent_s=agent_s,
             env_s=env_s,
             grade_s=grade_s,
+            waited_s=agent_clock.waited_s,
         ),
     )
 
@@ -326,6 +348,7 @@ async def _grade(
     the episode scores 0 with the reason. Only an ``InfraError`` (the grading machinery itself)
     escapes, to be retried and excluded."""
     reasons: list[str] = []
+    details: dict[str, Any] = {}
     for attempt in range(2):
         try:
             raw = await _graded_once(env, attempt, cfg, me)
@@ -336,8 +359,9 @@ async def _grade(
             raise
         except (GraderFailed, Exception) as e:  # an invalid grade: the agent may have caused it
             reasons.append(_grader_reason(e))
+            details = getattr(e, "details", None) or details
     reason = f"{reasons[0]}; graded again: {reasons[1]}" if reasons[1] != reasons[0] else reasons[0]
-    return Reward(total=0.0, details={"grader_failed": reason}), reason
+    return Reward(total=0.0, details={**details, "grader_failed": reason}), reason
 
 
 async def _graded_once(
@@ -372,12 +396,50 @@ def _grader_reason(e: BaseException) -> str:
     return f"the grader raised {type(e).__name__}: {e}"
 
 
-def _timed_out(reason: str, cfg: EpisodeConfig, step_index: int) -> tuple[Status, str]:
+_DOING = {
+    ("reset", "env"): "the environment was resetting",
+    ("reset", "agent"): "the agent was being created",
+    ("start", "agent"): "the agent was starting",
+    ("steps", "agent"): "the agent was acting",
+    ("steps", "env"): "the environment was stepping",
+}
+
+
+def _doing(stage: str, phase: str) -> str:
+    return _DOING.get((stage, phase), "the engine was between steps")
+
+
+def _timed_out(
+    reason: str, cfg: EpisodeConfig, step_index: int, doing: str, clock: EpisodeClock
+) -> tuple[Status, str]:
+    """The status and message of a fired deadline: which limit, its value, and what was
+    running. Only the agent's own limits (step, episode) are its failure."""
+    where = f"while {doing}"
+    waited = (
+        f" ({clock.waited_s:.1f}s of waiting for shared resources not counted)"
+        if clock.waited_s >= 0.05
+        else ""
+    )
     if reason == _RESET:
-        return Status.INFRA_ERROR, f"reset took longer than {cfg.reset_timeout}s"
+        return (
+            Status.INFRA_ERROR,
+            f"reset took longer than reset_timeout={cfg.reset_timeout}s {where}",
+        )
+    if reason.startswith(WAIT):
+        return Status.INFRA_ERROR, (
+            f"waited longer than wait_timeout={cfg.wait_timeout}s in all for shared resources "
+            f"(last: {reason.removeprefix(WAIT)}) at step {step_index} {where}: the machinery "
+            "is overloaded, not the agent slow; run fewer episodes at once (--concurrency) "
+            "or give the model more capacity"
+        )
     if reason == _STEP:
-        return Status.TIMEOUT, f"step {step_index} took longer than {cfg.step_timeout}s"
-    return Status.TIMEOUT, f"episode took longer than {cfg.episode_timeout}s"
+        return Status.TIMEOUT, (
+            f"step {step_index} took longer than step_timeout={cfg.step_timeout}s {where}{waited}"
+        )
+    return Status.TIMEOUT, (
+        f"the episode took longer than episode_timeout={cfg.episode_timeout}s, at step "
+        f"{step_index} {where}{waited}"
+    )
 
 
 async def _close_quietly(env: Environment | None, agent: Agent | None) -> None:

@@ -18,6 +18,7 @@ from envlab.core import (
     Action,
     ConfigError,
     Environment,
+    GraderFailed,
     InfraError,
     Reward,
     Rubric,
@@ -34,6 +35,7 @@ from envlab.envs.taskfolder.build import PreparedWorkspace, prepare_workspace
 from envlab.envs.taskfolder.model import TaskFolder, find_task_folders
 from envlab.envs.taskfolder.verifier import run_verifier
 from envlab.sandbox import BubblewrapSandbox, ExecResult, Limits, Mount, SandboxFileError
+from envlab.sandbox.scrub import scrub_tree
 from envlab.sandbox.workspace import state_dir
 
 SHOWN_OUTPUT = 16_000
@@ -90,6 +92,7 @@ class TerminalEnv(ToolEnv):
         self.box: BubblewrapSandbox | None = None
         self._oracle_token: str | None = None
         self._in_step = False
+        self._scrubbed: list[dict[str, str]] = []
 
     def spawn(self) -> TerminalEnv:
         """A fresh episode instance that shares the parsed task folders (no rescan per episode)."""
@@ -98,7 +101,7 @@ class TerminalEnv(ToolEnv):
         ToolEnv.__init__(clone)
         clone.path, clone.run_timeout, clone._folders = self.path, self.run_timeout, self._folders
         clone.folder = clone.prepared = clone.box = None
-        clone._oracle_token, clone._in_step = None, False
+        clone._oracle_token, clone._in_step, clone._scrubbed = None, False, []
         return clone
 
     # --- the environment as a whole ----------------------------------------------------------
@@ -282,10 +285,24 @@ class TerminalEnv(ToolEnv):
         if self.box is None or self.folder is None or self.prepared is None:
             raise InfraError("grade() was called before reset() prepared a sandbox")
         await self.box.kill_all()  # every process of the agent is gone; no command can start
+        # what the agent's sandbox could not see is not carried into the verifier's: links out
+        # of the workspace (into /tests, /dev, /proc) or dangling, FIFOs, sockets, devices
+        self._scrubbed += await asyncio.to_thread(scrub_tree, self.box.host_workdir)
         cfg = self.folder.config.environment
-        return await run_verifier(
-            self.folder, self.box.host_workdir, self.prepared, memory_mb=cfg.memory_mb or 4096
-        )
+        try:
+            reward = await run_verifier(
+                self.folder, self.box.host_workdir, self.prepared, memory_mb=cfg.memory_mb or 4096
+            )
+        except GraderFailed as e:
+            self._record_scrubbed(e.details)
+            raise
+        self._record_scrubbed(reward.details)
+        return reward
+
+    def _record_scrubbed(self, details: dict[str, Any]) -> None:
+        if self._scrubbed:
+            not_carried = [*self._scrubbed, *details.get("not_carried", [])]  # type: ignore[misc]
+            details["not_carried"] = not_carried[:200]
 
     async def close(self) -> None:
         if self.box is not None:

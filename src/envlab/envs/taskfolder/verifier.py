@@ -167,8 +167,10 @@ def judge(res: ExecResult, logs: Path, timeout: float) -> Reward:
             else:
                 return Reward(total=total, components=components, details=details)
     tail = str(details["verifier_output_tail"])[-1500:]
-    raise GraderFailed(f"{why} (test.sh exit code {details['verifier_exit_code']}). "
-                       f"Output tail:\n{tail}")  # fmt: skip
+    raise GraderFailed(
+        f"{why} (test.sh exit code {details['verifier_exit_code']}). Output tail:\n{tail}",
+        details=details,
+    )
 
 
 def _invalid(res: ExecResult, report: dict[str, Any] | None, timeout: float) -> str | None:
