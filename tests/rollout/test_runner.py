@@ -89,3 +89,34 @@ async def test_agent_class_and_spec_must_agree_on_privilege(tmp_path: Path) -> N
     env = ArithEnv()
     with pytest.raises(ConfigError, match="privileged=True but its spec says False"):
         await rollout(env, Liar(), env.tasks(n=1), out_dir=tmp_path, progress=False)
+
+
+async def test_resume_keeps_a_last_record_that_lacks_only_its_newline(tmp_path: Path) -> None:
+    env = ArithEnv()
+    tasks = env.tasks(n=6)
+    await rollout(env, OracleAgent(), tasks, out_dir=tmp_path, progress=False)
+    path = tmp_path / "trajectories.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:4]).removesuffix(b"\n"))  # 4 records, the last unended
+    r = await rollout(env, OracleAgent(), tasks, out_dir=tmp_path, resume=True, progress=False)
+    assert r.skipped_episodes == 4 and r.new_episodes == 2
+    assert any("newline" in n for n in r.notes)
+    records = TrajectoryStore(path).load(every_record=True)
+    assert len(records) == 6 and len({t.episode_id for t in records}) == 6
+
+
+async def test_a_run_directory_held_by_another_writer_is_refused(tmp_path: Path) -> None:
+    import os
+
+    from envlab.core import StoreError
+    from envlab.rollout.store import RunLock
+
+    env = ArithEnv()
+    tasks = env.tasks(n=2)
+    await rollout(env, NoopAgent(), tasks, out_dir=tmp_path, progress=False)
+    before = (tmp_path / "trajectories.jsonl").read_bytes()
+    with RunLock(tmp_path), pytest.raises(StoreError, match=rf"pid {os.getpid()}"):
+        await rollout(env, NoopAgent(), tasks, out_dir=tmp_path, resume=True, progress=False)
+    assert (tmp_path / "trajectories.jsonl").read_bytes() == before
+    r = await rollout(env, NoopAgent(), tasks, out_dir=tmp_path, resume=True, progress=False)
+    assert r.skipped_episodes == 2, "the lock is released when a run ends"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -21,6 +23,7 @@ from envlab.core import (
     EpisodeRecord,
     Status,
     StoreError,
+    Task,
     TaskSet,
 )
 from envlab.rollout.episode import EpisodeConfig, episode_ids_in_group, group_id, run_episode
@@ -101,29 +104,80 @@ async def rollout(
     pass_threshold: float = 1.0,
     command: list[str] | None = None,
 ) -> RolloutResult:
-    """Run ``tasks x samples`` episodes into ``out_dir``; with ``resume``, only the missing ones."""
+    """Run ``tasks x samples`` episodes into ``out_dir``; with ``resume``, only the missing ones.
+
+    The run directory is locked for the whole run: a second writer (two ``--resume`` at once)
+    is refused with a ``StoreError`` naming this process's pid."""
     if samples < 1:
         raise ConfigError(f"--samples must be >= 1, got {samples}")
     if concurrency < 1:
         raise ConfigError(f"--concurrency must be >= 1, got {concurrency}")
     if len(tasks) == 0:
         raise ConfigError("the task set is empty; ask for at least one task (--tasks N)")
-    cfg = episode_config or EpisodeConfig()
-    run_dir = Path(out_dir)
     if agent.privileged != agent.spec.privileged:
         raise ConfigError(
             f"agent {agent.spec.name!r}: its class says privileged={agent.privileged} but its "
             f"spec says {agent.spec.privileged}; they must agree, so that results of agents that "
             "read hidden answers are never reported as skill"
         )
+    cfg = episode_config or EpisodeConfig()
+    run_dir = Path(out_dir)
     env_id = env_id or env.id or type(env).__name__
-    env_hash = env.content_hash()
-    spec = agent.spec
-    info = RunInfo(
+    info = _run_info(env, env_id, agent.spec, tasks, seed, samples, concurrency, cfg, command)
+    store = TrajectoryStore(run_dir / TRAJECTORIES_FILE)
+    store.lock()  # before reading anything: what we read stays true until we are done
+    try:
+        existing, notes = _resume_state(run_dir, info, store, resume)
+        _write_run_info(run_dir, info)
+        # infra errors are not the agent's: a resumed run tries those episodes again
+        done_ids = {t.episode_id for t in existing if t.status != Status.INFRA_ERROR.value}
+        existing = [t for t in existing if t.episode_id in done_ids]
+        todo = []
+        for task in tasks:
+            group = group_id(env_id, info.env_hash, task.id, seed)
+            for s in range(samples):
+                ids = episode_ids_in_group(group, s)
+                if ids[0] not in done_ids:
+                    todo.append((task, s, ids))
+        total = len(tasks) * samples
+        t0 = time.perf_counter()
+        with (
+            store,
+            RolloutProgress(
+                total, done=total - len(todo), pass_threshold=pass_threshold, enabled=progress
+            ) as bar,
+        ):
+            bar.seed_from(existing)
+            results = await _run_todo(env, agent, info, cfg, todo, store, bar, concurrency)
+    finally:
+        store.close()
+    return RolloutResult(
+        run_dir=run_dir,
+        info=info,
+        records=[*existing, *results],
+        new_episodes=len(todo),
+        skipped_episodes=total - len(todo),
+        elapsed_s=time.perf_counter() - t0,
+        notes=notes,
+    )
+
+
+def _run_info(
+    env: Environment,
+    env_id: str,
+    spec: AgentSpec,
+    tasks: TaskSet,
+    seed: int,
+    samples: int,
+    concurrency: int,
+    cfg: EpisodeConfig,
+    command: list[str] | None,
+) -> RunInfo:
+    return RunInfo(
         command=command if command is not None else list(sys.argv),
         envlab_version=__version__,
         env_id=env_id,
-        env_hash=env_hash,
+        env_hash=env.content_hash(),
         env_config=json.loads(json.dumps(env.config, default=str)),
         agent=spec,
         seed=seed,
@@ -135,87 +189,102 @@ async def rollout(
         episode_config=asdict(cfg),
         created_at=time.time(),
     )
-    store = TrajectoryStore(run_dir / TRAJECTORIES_FILE)
-    existing: list[EpisodeRecord] = []
-    notes: list[str] = []
-    run_file = run_dir / RUN_FILE
-    if run_file.exists() or store.path.exists():
-        if not resume:
-            raise ConfigError(
-                f"{run_dir} already holds a run. "
-                "Pass --resume to finish it, or choose another --out."
-            )
-        old = load_run_info(run_dir)
-        diff = {
-            k: (v, info.identity()[k]) for k, v in old.identity().items() if info.identity()[k] != v
-        }
-        if diff:
-            fields = ", ".join(sorted(diff))
-            raise ConfigError(
-                f"cannot resume {run_dir}: this command differs from the recorded run in {fields}. "
-                "Resume with the same environment, agent, seed, tasks and samples, "
-                "or use a new --out."
-            )
-        info.created_at, info.resumed_at = old.created_at, [*old.resumed_at, time.time()]
-        info.command = old.command
-        existing = [t.record() for t in store.load(repair=True)]
-        if store.dropped_torn_line is not None:
-            notes.append("dropped a torn last line of trajectories.jsonl; that episode is rerun")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    run_file.write_text(info.model_dump_json(indent=2))
 
-    # infra errors are not the agent's: a resumed run tries those episodes again
-    done_ids = {t.episode_id for t in existing if t.status != Status.INFRA_ERROR.value}
-    existing = [t for t in existing if t.episode_id in done_ids]
-    todo = []
-    for task in tasks:
-        group = group_id(env_id, env_hash, task.id, seed)
-        for s in range(samples):
-            ids = episode_ids_in_group(group, s)
-            if ids[0] not in done_ids:
-                todo.append((task, s, ids))
-    total = len(tasks) * samples
-    results: list[EpisodeRecord] = list(existing)
-    t0 = time.perf_counter()
+
+def _resume_state(
+    run_dir: Path, info: RunInfo, store: TrajectoryStore, resume: bool
+) -> tuple[list[EpisodeRecord], list[str]]:
+    """The episodes already recorded in ``run_dir`` (after checking it may be resumed by this
+    command, and repairing a torn or unterminated last line), and notes about it."""
+    notes: list[str] = []
+    if not ((run_dir / RUN_FILE).exists() or store.path.exists()):
+        return [], notes
+    if not resume:
+        raise ConfigError(
+            f"{run_dir} already holds a run. Pass --resume to finish it, or choose another --out."
+        )
+    old = load_run_info(run_dir)
+    new_id = info.identity()
+    diff = sorted(k for k, v in old.identity().items() if new_id[k] != v)
+    if diff:
+        raise ConfigError(
+            f"cannot resume {run_dir}: this command differs from the recorded run in "
+            f"{', '.join(diff)}. Resume with the same environment, agent, seed, tasks and "
+            "samples, or use a new --out."
+        )
+    info.created_at, info.resumed_at = old.created_at, [*old.resumed_at, time.time()]
+    info.command = old.command
+    existing = [t.record() for t in store.load(repair=True)]
+    if store.dropped_torn_line is not None:
+        notes.append(f"dropped a torn last line of {TRAJECTORIES_FILE}; that episode is rerun")
+    if store.repaired_newline:
+        notes.append(f"the last record of {TRAJECTORIES_FILE} lacked its newline; added it")
+    return existing, notes
+
+
+def _write_run_info(run_dir: Path, info: RunInfo) -> None:
+    """``run.json``, replaced atomically: a full disk never leaves half of it."""
+    path, tmp = run_dir / RUN_FILE, run_dir / f".{RUN_FILE}.tmp"
+    try:
+        tmp.write_text(info.model_dump_json(indent=2))
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        what = "the disk is full" if e.errno == errno.ENOSPC else e.strerror or str(e)
+        raise StoreError(
+            f"cannot write {path}: {what}. Free some space (or fix the directory), then run "
+            "again (with --resume if it holds episodes)."
+        ) from e
+
+
+async def _run_todo(
+    env: Environment,
+    agent: Agent,
+    info: RunInfo,
+    cfg: EpisodeConfig,
+    todo: list[tuple[Task, int, tuple[str, str, int]]],
+    store: TrajectoryStore,
+    bar: RolloutProgress,
+    concurrency: int,
+) -> list[EpisodeRecord]:
+    """Run ``todo`` on ``concurrency`` workers, appending each trajectory as it ends."""
+    results: list[EpisodeRecord] = []
     work = iter(todo)
 
-    with (
-        store,
-        RolloutProgress(
-            total, done=total - len(todo), pass_threshold=pass_threshold, enabled=progress
-        ) as bar,
-    ):
-        bar.seed_from(existing)
+    async def worker() -> None:
+        for task, s, ids in work:
+            traj = await run_episode(
+                env,
+                agent,
+                task,
+                s,
+                env_id=info.env_id,
+                env_hash=info.env_hash,
+                agent_spec=info.agent,
+                run_seed=info.seed,
+                config=cfg,
+                ids=ids,
+            )
+            store.append(traj)
+            rec = traj.record()
+            results.append(rec)
+            bar.update(rec)
 
-        async def worker() -> None:
-            for task, s, ids in work:
-                traj = await run_episode(
-                    env,
-                    agent,
-                    task,
-                    s,
-                    env_id=env_id,
-                    env_hash=env_hash,
-                    agent_spec=spec,
-                    run_seed=seed,
-                    config=cfg,
-                    ids=ids,
-                )
-                store.append(traj)
-                rec = traj.record()
-                results.append(rec)
-                bar.update(rec)
-
-        # a TaskGroup: if a worker fails, the others are cancelled (and close their episodes)
+    # a TaskGroup: if a worker fails, the others are cancelled (and close their episodes)
+    try:
         async with asyncio.TaskGroup() as group:
             for _ in range(min(concurrency, max(len(todo), 1))):
                 group.create_task(worker())
-    return RolloutResult(
-        run_dir=run_dir,
-        info=info,
-        records=results,
-        new_episodes=len(todo),
-        skipped_episodes=total - len(todo),
-        elapsed_s=time.perf_counter() - t0,
-        notes=notes,
-    )
+    except BaseExceptionGroup as eg:
+        raise _first_cause(eg) from eg
+    return results
+
+
+def _first_cause(eg: BaseExceptionGroup) -> BaseException:
+    """The error that stopped the workers (a full disk, say), not the group wrapping it."""
+    for e in eg.exceptions:
+        if isinstance(e, BaseExceptionGroup):
+            return _first_cause(e)
+        if not isinstance(e, asyncio.CancelledError):
+            return e
+    return eg
