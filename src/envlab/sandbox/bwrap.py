@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import errno
 import logging
 import os
 import resource
-import shutil
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -25,61 +24,32 @@ from typing import Any, ClassVar
 
 from envlab.core.errors import ConfigError
 from envlab.sandbox.base import Command, ExecResult, Mount, Sandbox, SandboxError
+from envlab.sandbox.gate import StartGate, pidns, seccomp_fd
+from envlab.sandbox.gc import sweep_once
 from envlab.sandbox.layout import bwrap_binary, host_layout
-from envlab.sandbox.limits import Cgroup, Limits
+from envlab.sandbox.limits import Cgroup, GiB, Limits
+from envlab.sandbox.owner import current_owner
 from envlab.sandbox.process import run_process
+from envlab.sandbox.storage import Storage
 from envlab.sandbox.uids import kill_uid, lease_uid
 from envlab.sandbox.workspace import chown_tree, copy_tree, state_dir
 
 log = logging.getLogger(__name__)
 
 APP = "/app"
-
-
-class _StartGate:
-    """What runs while bwrap's PID 1 waits on ``--block-fd``, before it starts the command: set
-    the rlimits on it (the command inherits them) and move it into the cgroup. No program runs
-    for this; if it fails the command never starts (the caller kills it)."""
-
-    def __init__(
-        self, release_fd: int, limits: list[tuple[int, int]], cgroup: Cgroup | None
-    ) -> None:
-        self.release_fd: int | None = release_fd
-        self.limits = limits
-        self.cgroup = cgroup
-
-    def __call__(self, first_status_line: bytes) -> None:
-        try:
-            pid = int(json.loads(first_status_line)["child-pid"])
-            for which, value in self.limits:
-                resource.prlimit(pid, which, (value, value))
-            if self.cgroup is not None:
-                self.cgroup.attach(pid)
-            assert self.release_fd is not None
-            os.write(self.release_fd, b"x")
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        if self.release_fd is not None:
-            os.close(self.release_fd)
-            self.release_fd = None
-
-
-def _pidns(status: bytes) -> int | None:
-    """The PID namespace bwrap reported on its status fd (its first JSON line)."""
-    try:
-        return int(json.loads(status.split(b"\n", 1)[0])["pid-namespace"])
-    except (ValueError, KeyError, TypeError):
-        return None
+OVERLAY_STORAGE_BYTES = 4 * GiB
+"""The bound of an overlay's writes when the limits set no ``storage_bytes``."""
 
 
 class BubblewrapSandbox(Sandbox):
     """A workspace on the host and a ``bwrap`` command line that isolates each command in it.
 
     Build one with ``await BubblewrapSandbox.create(template=...)``: ``template`` is copied to
-    a fresh workspace; ``app_dir`` instead adopts an existing directory as the workspace (the
-    verifier does that with the agent's frozen workspace).
+    a fresh workspace. ``app_dir`` instead adopts an existing directory as the workspace, bound
+    read-write; with ``app_overlay=True`` it is never written: ``/app`` is an overlay whose
+    lower layer is ``app_dir`` and whose writes go to the sandbox's own bounded storage (the
+    verifier grades the agent's frozen workspace so, without copying it). ``seccomp=False``
+    drops the system-call filter (sandbox/seccomp.py), for measuring it.
     """
 
     backend: ClassVar[str] = "bwrap"
@@ -88,6 +58,7 @@ class BubblewrapSandbox(Sandbox):
         self,
         *,
         app_dir: Path | None = None,
+        app_overlay: bool = False,
         limits: Limits | None = None,
         network: bool = False,
         env: Mapping[str, str] | None = None,
@@ -95,13 +66,20 @@ class BubblewrapSandbox(Sandbox):
         workdir: str = APP,
         name: str = "sbx",
         keep: bool = False,
+        seccomp: bool = True,
     ) -> None:
         if not (workdir == APP or workdir.startswith(APP + "/")):
             raise ConfigError(f"workdir must be {APP} or below it, got {workdir!r}")
-        self.limits = limits or Limits()
+        if app_overlay and (app_dir is None or not Path(app_dir).is_dir()):
+            raise ConfigError(f"app_overlay=True needs app_dir, an existing directory: {app_dir}")
+        limits = limits or Limits()
+        if app_overlay and limits.storage_bytes is None:
+            limits = limits.model_copy(update={"storage_bytes": OVERLAY_STORAGE_BYTES})
+        self.limits = limits
         self.workdir = workdir
         self.network = network
         self.keep = keep
+        self.seccomp = seccomp
         self.name = f"{name}-{uuid.uuid4().hex[:10]}"
         self.closed = False
         self._frozen = False
@@ -110,22 +88,29 @@ class BubblewrapSandbox(Sandbox):
         self._state = state_dir()
         self._layout = host_layout(self._state)
         self._rootless = os.geteuid() != 0
-        boxes = self._state / "boxes"
-        self._app = Path(app_dir) if app_dir is not None else boxes / f"{self.name}.app"
+        sweep_once()
+        owner = current_owner()
         self._adopted = app_dir is not None
-        self._tmp = boxes / f"{self.name}.tmp"
-        self._lease = lease_uid(self._state)
+        self._overlay = app_overlay
+        self._one_at_a_time = asyncio.Lock() if app_overlay else None
+        self._lease = lease_uid()
         self.uid = self._lease.uid
         self._cgroup: Cgroup | None = None
+        self.storage: Storage | None = None
         try:
-            self._app.mkdir(mode=0o755, exist_ok=self._adopted)
-            self._tmp.mkdir(mode=0o700)
-            self._cgroup = Cgroup.create(self.name, self.limits)
+            self.storage = Storage.create(owner.boxes() / self.name, self.limits)
+            (self._tmp,) = self.storage.make("tmp")
+            if app_overlay:
+                self._upper, self._work = self.storage.make("upper", "work")
+                self._upper.chmod(Path(app_dir).stat().st_mode & 0o7777)  # type: ignore[arg-type]
+            self._app = Path(app_dir) if app_dir is not None else self.storage.make("app")[0]
+            if not self._adopted:
+                self._app.chmod(0o755)
+            self._cgroup = Cgroup.create(f"{owner.id}.{self.name}", self.limits)
         except BaseException:
             self._lease.release()
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            if not self._adopted:
-                shutil.rmtree(self._app, ignore_errors=True)
+            if self.storage is not None:
+                self.storage.remove()
             raise
         self.env = {
             "PATH": self._layout.path,
@@ -144,9 +129,12 @@ class BubblewrapSandbox(Sandbox):
     async def create(cls, template: Path | None = None, **kwargs: Any) -> BubblewrapSandbox:
         """A sandbox whose workspace starts as a copy of ``template`` (a host directory);
         ``kwargs`` are those of the constructor."""
-        box = cls(**kwargs)
+        limits = kwargs.get("limits")
+        bounded = kwargs.get("app_overlay") or (limits is not None and limits.storage_bytes)
+        # making a filesystem (or the first clean-up of a process) is not for the event loop
+        box = await asyncio.to_thread(lambda: cls(**kwargs)) if bounded else cls(**kwargs)
         try:
-            if template is None and not box._mounts:  # two chowns: not worth a thread
+            if template is None and not box._mounts and not box._overlay:  # two chowns
                 box.prepare()
             else:
                 await asyncio.to_thread(box.prepare, template)
@@ -156,19 +144,42 @@ class BubblewrapSandbox(Sandbox):
         return box
 
     def prepare(self, template: Path | None = None) -> None:
-        """Copy ``template`` into the workspace and hand the writable paths to the sandbox uid."""
+        """Copy ``template`` into the workspace and hand the writable paths to the sandbox uid.
+
+        With ``app_overlay``, ``app_dir`` (the overlay's lower layer) is given to the sandbox
+        uid in place, so that its commands may change what they see: only the owner changes,
+        never a file's content or mode."""
         if template is not None:
-            copy_tree(Path(template), self._app)
-        if not self._rootless:
-            chown_tree(self._app, self.uid, self.uid)
-            os.chown(self._tmp, self.uid, self.uid)
-            for m in self._mounts:
-                if m.writable:
-                    chown_tree(m.source, self.uid, self.uid)
+            try:
+                copy_tree(Path(template), self._app)
+            except OSError as e:
+                if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                raise ConfigError(
+                    f"the workspace template {template} does not fit in the sandbox's storage "
+                    f"(storage_bytes={self.limits.storage_bytes}, max_inodes="
+                    f"{self.limits.max_inodes}); raise the task's storage limit"
+                ) from None
+        if self._rootless:
+            return
+        chown_tree(self._app, self.uid, self.uid)
+        os.chown(self._tmp, self.uid, self.uid)
+        if self._overlay:
+            os.chown(self._upper, self.uid, self.uid)
+        for m in self._mounts:
+            if m.writable:
+                chown_tree(m.source, self.uid, self.uid)
 
     @property
     def host_workdir(self) -> Path:
+        """The workspace on the host; with ``app_overlay``, its read-only lower layer (the
+        sandbox's writes are in its own storage)."""
         return self._app
+
+    @property
+    def storage_kind(self) -> str:
+        """``ext4``, ``tmpfs`` or ``dir`` (unbounded but per file): see sandbox/storage.py."""
+        return self.storage.kind if self.storage is not None else "dir"
 
     # --- the command line --------------------------------------------------------------------
     def _static_args(self) -> list[str]:
@@ -191,7 +202,12 @@ class BubblewrapSandbox(Sandbox):
             a += ["--unshare-user", "--disable-userns", "--uid", "1000", "--gid", "1000"]
         # /app and /tmp first: a toolchain that lives below /tmp (a venv in a clone there) is
         # then bound on top of the sandbox's own /tmp instead of being hidden by it
-        a += ["--bind", str(self._app), APP, "--bind", str(self._tmp), "/tmp"]
+        if self._overlay:  # the frozen workspace below, the sandbox's own writes above
+            a += ["--overlay-src", str(self._app)]
+            a += ["--overlay", str(self._upper), str(self._work), APP]
+        else:
+            a += ["--bind", str(self._app), APP]
+        a += ["--bind", str(self._tmp), "/tmp"]
         for d in layout.dirs:
             if d not in (APP, "/tmp"):
                 a += ["--perms", "0755", "--dir", d]
@@ -226,6 +242,7 @@ class BubblewrapSandbox(Sandbox):
         extra: Sequence[Mount],
         status_fd: int,
         block_fd: int,
+        seccomp_fd: int | None = None,
     ) -> list[str]:
         a = list(self._prefix)
         made: set[str] = set(self._layout.dirs)
@@ -233,6 +250,8 @@ class BubblewrapSandbox(Sandbox):
             a += self._mount_args(m, made)
         a += ["--remount-ro", "/", "--chdir", cwd]
         a += ["--json-status-fd", str(status_fd), "--block-fd", str(block_fd)]
+        if seccomp_fd is not None:
+            a += ["--seccomp", str(seccomp_fd)]
         for k, v in env.items():
             a += ["--setenv", k, v]
         a.append("--")
@@ -248,16 +267,17 @@ class BubblewrapSandbox(Sandbox):
             ]
         return [*a, *cmd]
 
-    def _gate(self, release_fd: int) -> _StartGate:
+    def _gate(self, release_fd: int) -> StartGate:
+        fsize = self.storage.rlimit_fsize(self.limits) if self.storage else None
         limits = [
             (resource.RLIMIT_CPU, self.limits.cpu_seconds),
             (resource.RLIMIT_AS, self.limits.address_space_bytes),
-            (resource.RLIMIT_FSIZE, self.limits.max_file_bytes),
+            (resource.RLIMIT_FSIZE, fsize or self.limits.max_file_bytes),
             (resource.RLIMIT_NOFILE, self.limits.max_open_files),
         ]
         if not self._rootless:  # per uid: without a uid of its own it would count the user's
             limits.append((resource.RLIMIT_NPROC, self.limits.max_processes))
-        return _StartGate(release_fd, limits, self._cgroup)
+        return StartGate(release_fd, limits, self._cgroup)
 
     # --- running -----------------------------------------------------------------------------
     async def exec(
@@ -299,6 +319,22 @@ class BubblewrapSandbox(Sandbox):
         *,
         text: bool,
     ) -> tuple[bytes, ExecResult]:
+        if self._one_at_a_time is None:
+            return await self._run_one(argv, timeout, env, cwd, stdin, mounts, max_output, text)
+        async with self._one_at_a_time:  # an overlay's upper layer takes one mount at a time
+            return await self._run_one(argv, timeout, env, cwd, stdin, mounts, max_output, text)
+
+    async def _run_one(
+        self,
+        argv: list[str],
+        timeout: float | None,
+        env: Mapping[str, str] | None,
+        cwd: str | None,
+        stdin: bytes | None,
+        mounts: Sequence[Mount],
+        max_output: int | None,
+        text: bool,
+    ) -> tuple[bytes, ExecResult]:
         if self.closed or self._frozen:
             state = "closed" if self.closed else "frozen (its processes were killed for grading)"
             raise SandboxError(f"sandbox {self.name} is {state}; no more commands can run in it")
@@ -307,10 +343,13 @@ class BubblewrapSandbox(Sandbox):
         status_r, status_w = os.pipe()
         block_r, block_w = os.pipe()
         gate = self._gate(block_w)
+        passed = [status_w, block_r]
         try:
-            full = self._argv(argv, full_env, where, mounts, status_w, block_r)
+            if self.seccomp:
+                passed.append(seccomp_fd())
+            full = self._argv(argv, full_env, where, mounts, status_w, block_r, *passed[2:])
         except BaseException:
-            for fd in (status_r, status_w, block_r, block_w):
+            for fd in (status_r, block_w, *passed):
                 os.close(fd)
             raise
         try:
@@ -319,7 +358,7 @@ class BubblewrapSandbox(Sandbox):
                 timeout=timeout if timeout is not None else self.limits.timeout_s,
                 output_limit=max_output or self.limits.output_bytes,
                 stdin=stdin,
-                pass_fds=(status_w, block_r),
+                pass_fds=passed,
                 status_fd=status_r,
                 on_status=gate,
                 running=self._running,
@@ -335,7 +374,7 @@ class BubblewrapSandbox(Sandbox):
         gate.close()  # when bwrap failed before it reported a child
         if raw.timed_out and not self._rootless:
             # the namespace is being torn down; wait until every process of the command is gone
-            await asyncio.to_thread(kill_uid, self.uid, pidns=_pidns(raw.status))
+            await asyncio.to_thread(kill_uid, self.uid, pidns=pidns(raw.status))
         stderr = raw.stderr.decode(errors="replace")
         if not raw.timed_out and b'"exit-code"' not in raw.status:
             # bwrap stopped before the command started: ours, unless the cwd was wrong
@@ -390,13 +429,16 @@ class BubblewrapSandbox(Sandbox):
             else:
                 log.warning("cgroup %s could not be removed", self._cgroup.path)
         self._lease.release()
-        if self.keep:
-            log.warning("keeping sandbox %s: %s and %s", self.name, self._app, self._tmp)
+        storage = self.storage
+        if storage is None:
             return
-        # an adopted workspace (the verifier's view of the agent's) is not ours to delete
-        mine = [self._tmp] if self._adopted else [self._app, self._tmp]
-        if sum(len(os.listdir(p)) for p in mine) < 32:
-            for p in mine:
-                shutil.rmtree(p, ignore_errors=True)
+        if self.keep:
+            log.warning("keeping sandbox %s: %s (`envlab gc` removes it once this process has "
+                        "ended)", self.name, storage.root)  # fmt: skip
+            return
+        # an adopted workspace (the verifier's view of the agent's) is outside the storage:
+        # not ours to delete
+        if storage.kind != "dir" or sum(len(os.listdir(p)) for p in storage.fs.iterdir()) < 32:
+            storage.remove()
         else:
-            await asyncio.to_thread(lambda: [shutil.rmtree(p, ignore_errors=True) for p in mine])
+            await asyncio.to_thread(storage.remove)

@@ -26,6 +26,7 @@ class Limits(BaseModel):
 
     ``memory_bytes`` bounds the sandbox's total memory through a cgroup. Where no cgroup is
     writable (``cgroups="auto"``) only the per-process ``address_space_bytes`` applies.
+    ``storage_bytes`` and ``max_inodes`` bound its disk as a whole (a filesystem of its own).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -44,6 +45,15 @@ class Limits(BaseModel):
     """Open files per process (RLIMIT_NOFILE)."""
     output_bytes: int = Field(1 * MiB, ge=1024)
     """Kept of stdout and of stderr, each; the rest is counted and dropped with a marker."""
+    storage_bytes: int | None = Field(None, ge=8 * MiB, le=1 << 44)
+    """Disk of the whole workspace: ``/app``, ``/tmp`` (and an overlay's writes) together, on a
+    filesystem of exactly this size for the sandbox's life (sandbox/storage.py). ``None``: no
+    bound but ``max_file_bytes``. Without root, each file is bounded by it instead (a warning)."""
+    max_inodes: int | None = Field(None, ge=64, le=1 << 32)
+    """Files, directories and links of that filesystem; ``None``: one per 8 KiB of storage."""
+    storage_fs: Literal["auto", "ext4", "tmpfs"] = "auto"
+    """``ext4``: a sparse image on a loop device (root); ``tmpfs``: in memory, counted against
+    ``memory_bytes``; ``auto``: ext4 where loop devices work, else tmpfs."""
     memory_bytes: int | None = Field(None, gt=0)
     """Total memory of the sandbox (a cgroup); ``None`` for no total limit."""
     cgroups: Literal["auto", "off", "required"] = "auto"

@@ -1,7 +1,9 @@
 """One host uid per live sandbox, so that process limits and kills are per sandbox.
 
-A uid is leased by holding an ``flock`` on ``<state>/uids/<uid>.lock``: exclusive across every
-envlab process on the host, released by the kernel if the holder dies.
+A uid is leased by holding an ``flock`` on ``<lock root>/uids/<uid>.lock`` (``/run/envlab`` for
+root; never below ``ENVLAB_SANDBOX_DIR``, so two envlab processes with different state
+directories never share a uid): exclusive across every envlab process on the host, released by
+the kernel if the holder dies.
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ import os
 import random
 import signal
 import time
-from pathlib import Path
 
 from envlab.core.errors import InfraError
+from envlab.sandbox.owner import lock_root
 
 UID_BASE = int(os.environ.get("ENVLAB_SANDBOX_UID_BASE", "1900000000"))
 """Far from the uids of people and of rootless containers (subuid ranges start at 100000)."""
-UID_SLOTS = 4096
+UID_SLOTS = int(os.environ.get("ENVLAB_SANDBOX_UID_SLOTS", "4096"))
 """Sandboxes alive at once on one host; every one of these uids is named in the staged passwd."""
 
 
@@ -35,24 +37,25 @@ class UidLease:
             self._fd = None
 
 
-_lock_dirs: set[Path] = set()
+def try_lease(uid: int) -> UidLease | None:
+    """The lease of ``uid`` if no one holds it, else None."""
+    path = lock_root() / "uids" / f"{uid}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return UidLease(uid, fd)
 
 
-def lease_uid(state_dir: Path) -> UidLease:
-    lock_dir = state_dir / "uids"
-    if lock_dir not in _lock_dirs:
-        lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _lock_dirs.add(lock_dir)
+def lease_uid() -> UidLease:
+    """A sandbox uid no other sandbox on this host holds."""
     start = random.randrange(UID_SLOTS)
     for i in range(UID_SLOTS):
-        uid = UID_BASE + (start + i) % UID_SLOTS
-        fd = os.open(lock_dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        return UidLease(uid, fd)
+        lease = try_lease(UID_BASE + (start + i) % UID_SLOTS)
+        if lease is not None:
+            return lease
     raise InfraError(f"all {UID_SLOTS} sandbox uids are in use; close some sandboxes")
 
 

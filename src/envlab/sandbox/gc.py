@@ -1,0 +1,257 @@
+"""Remove what dead envlab processes left on the host: workspaces, mounted filesystems, loop
+devices, cgroups, processes of sandbox uids no one leases, and their owner locks.
+
+What belongs to whom is read off names (sandbox/owner.py): an owner is dead when no process
+holds its lock, which stays true when its pid is reused. Run at the first sandbox of every
+process (``sweep_once``) and by ``envlab gc`` (``collect``). A live owner's things are never
+touched; neither is anything that is not named like an envlab owner's, except the legacy
+workspaces directly in ``<state>/boxes`` and empty cgroups under ``envlab/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import signal
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from envlab.sandbox.owner import hold_if_dead, lock_root, owner_ids, owner_of, record_of
+from envlab.sandbox.storage import unmount
+from envlab.sandbox.uids import UID_BASE, UID_SLOTS, kill_uid, try_lease
+from envlab.sandbox.workspace import state_dir
+
+log = logging.getLogger(__name__)
+
+CGROUP_PARENTS = (Path("/sys/fs/cgroup/memory/envlab"), Path("/sys/fs/cgroup/envlab"))
+LOOP_CLR_FD = 0x4C01
+_swept = False
+_sweep_lock = threading.Lock()
+
+
+@dataclass
+class Removed:
+    kind: str
+    """``mount``, ``loop``, ``cgroup``, ``workspace``, ``processes`` or ``owner``."""
+    path: str
+    owner: str | None
+    bytes: int = 0
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class _Deaths:
+    """Which owners are dead, holding each dead one's lock until ``close()``."""
+
+    def __init__(self) -> None:
+        self.fds: dict[str, int | None] = {}
+
+    def dead(self, oid: str | None) -> bool:
+        if oid is None:
+            return False
+        if oid not in self.fds:
+            self.fds[oid] = hold_if_dead(oid)
+        return self.fds[oid] is not None
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            if fd is not None and fd >= 0:
+                os.close(fd)
+
+
+def _unescape(field: str) -> str:
+    return field.encode().decode("unicode_escape").encode("latin-1").decode(errors="replace")
+
+
+def _mounts() -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        return [_unescape(line.split()[4]) for line in f]
+
+
+def _box_owner(path: str) -> str | None:
+    """The owner of a path below some ``.../boxes/<owner>/``."""
+    parts = Path(path).parts
+    for i, p in enumerate(parts[:-1]):
+        if p == "boxes":
+            return owner_of(parts[i + 1])
+    return None
+
+
+def _du(path: Path) -> int:
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+    return total
+
+
+def _gc_mounts(deaths: _Deaths, dry: bool) -> list[Removed]:
+    out = []
+    for mp in sorted(_mounts(), key=len, reverse=True):  # deepest first
+        oid = _box_owner(mp)
+        if deaths.dead(oid) and (dry or unmount(mp)):
+            out.append(Removed("mount", mp, oid))
+    return out
+
+
+def _gc_loops(deaths: _Deaths, dry: bool) -> list[Removed]:
+    out = []
+    for dev in sorted(Path("/sys/block").glob("loop*")):
+        try:
+            backing = (dev / "loop" / "backing_file").read_text().strip()
+        except OSError:
+            continue
+        backing = backing.removesuffix(" (deleted)")
+        oid = _box_owner(backing)
+        if not deaths.dead(oid):
+            continue
+        if not dry:
+            try:
+                fd = os.open(f"/dev/{dev.name}", os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    fcntl.ioctl(fd, LOOP_CLR_FD)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                log.warning("cannot detach /dev/%s (%s): %s", dev.name, backing, e)
+                continue
+        out.append(Removed("loop", f"/dev/{dev.name}", oid, detail=backing))
+    return out
+
+
+def _empty_cgroup(path: Path, deadline_s: float = 5.0) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+
+
+def _gc_cgroups(deaths: _Deaths, dry: bool) -> list[Removed]:
+    out = []
+    for parent in CGROUP_PARENTS:
+        if not parent.is_dir():
+            continue
+        for cg in sorted(p for p in parent.iterdir() if p.is_dir()):
+            oid = owner_of(cg.name)
+            if oid is not None and not deaths.dead(oid):
+                continue
+            if dry:
+                out.append(Removed("cgroup", str(cg), oid))
+                continue
+            if oid is not None:  # a dead owner's: kill what is left in it
+                _empty_cgroup(cg)
+            try:
+                cg.rmdir()
+            except OSError:
+                continue  # a legacy cgroup with processes in it: not ours to judge
+            out.append(Removed("cgroup", str(cg), oid))
+    return out
+
+
+def _gc_workspaces(deaths: _Deaths, dry: bool, states: set[Path]) -> list[Removed]:
+    out = []
+    mounted = _mounts()
+    for state in sorted(states):
+        boxes = state / "boxes"
+        if not boxes.is_dir():
+            continue
+        for entry in sorted(boxes.iterdir()):
+            oid = owner_of(entry.name)
+            if oid is not None and not deaths.dead(oid):
+                continue
+            prefix = str(entry) + "/"
+            if any(m.startswith(prefix) for m in mounted):
+                log.warning("%s still has a mounted filesystem; leaving it", entry)
+                continue
+            size = _du(entry) if entry.is_dir() and not entry.is_symlink() else 0
+            if not dry:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+            out.append(Removed("workspace", str(entry), oid, bytes=size))
+    return out
+
+
+def _gc_uids(dry: bool) -> list[Removed]:
+    """Processes of sandbox uids that nobody leases (their sandbox's owner died)."""
+    if os.geteuid() != 0:
+        return []
+    uids: set[int] = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError):
+                uid = os.stat(f"/proc/{name}").st_uid
+                if UID_BASE <= uid < UID_BASE + UID_SLOTS:
+                    uids.add(uid)
+    out = []
+    for uid in sorted(uids):
+        lease = try_lease(uid)
+        if lease is None:
+            continue
+        try:
+            n = 0 if dry else kill_uid(uid)
+        finally:
+            lease.release()
+        out.append(Removed("processes", f"uid {uid}", None, detail=f"{n} killed"))
+    return out
+
+
+def collect(*, dry_run: bool = False) -> list[Removed]:
+    """Remove (or with ``dry_run`` only list) everything of dead owners; return what."""
+    deaths = _Deaths()
+    try:
+        oids = owner_ids()
+        states = {state_dir()}
+        for oid in oids:
+            if deaths.dead(oid):
+                recorded = record_of(oid).get("state_dir")
+                if isinstance(recorded, str) and os.path.isdir(recorded):
+                    states.add(Path(recorded))
+        removed = _gc_mounts(deaths, dry_run) + _gc_loops(deaths, dry_run)
+        removed += _gc_cgroups(deaths, dry_run) + _gc_workspaces(deaths, dry_run, states)
+        removed += _gc_uids(dry_run)
+        for oid in oids:
+            if deaths.dead(oid):
+                if not dry_run:
+                    (lock_root() / "owners" / f"{oid}.lock").unlink(missing_ok=True)
+                removed.append(Removed("owner", str(lock_root() / "owners" / oid), oid))
+        return removed
+    finally:
+        deaths.close()
+
+
+def sweep_once() -> None:
+    """Clean up after dead owners, once per process (the first sandbox calls it)."""
+    global _swept
+    if _swept:
+        return
+    with _sweep_lock:
+        if _swept:
+            return
+        _swept = True
+        try:
+            removed = collect()
+        except Exception as e:  # cleaning up must never stop a sandbox from starting
+            log.warning("could not clean up after dead envlab processes: %s", e)
+            return
+        stale = [r for r in removed if r.kind != "owner"]
+        if stale:
+            freed = sum(r.bytes for r in stale)
+            log.info("removed %d stale sandbox resources (%d bytes)", len(stale), freed)
