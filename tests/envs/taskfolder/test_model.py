@@ -19,7 +19,7 @@ def test_task_toml_fields_and_legacy_spellings(tmp_path: Path) -> None:
     )
     f = load_task_folder(path)
     env = f.config.environment
-    assert env.network_mode == "host" and env.memory_mb == 2048
+    assert env.network_mode == "public" and env.memory_mb == 2048
     assert f.config.agent.timeout_sec == 60 and f.config.verifier.timeout_sec == 30
     assert f.config.unknown_keys() == ["environment.surprise"]
     task = TerminalEnv(path).tasks()[0]

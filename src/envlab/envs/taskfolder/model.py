@@ -6,23 +6,54 @@ my-task/
   environment/          Dockerfile (a subset is honoured) or plain files (+ setup.sh)
   solution/solve.sh     the oracle; never visible to agents
   tests/test.sh         the verifier; writes /logs/verifier/reward.txt or reward.json
+
+``task.toml`` is read as Harbor 0.25 writes it (``harbor/models/task/config.py``): the network
+policy per phase (``network_mode`` in ``[environment]``, ``[agent]``, ``[verifier]``), with the
+older spellings kept as aliases. Values no host can honour (an infinite timeout, more memory than
+the host has) are refused with the file and the field named.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import shutil
 import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from envlab.core.errors import ConfigError
 
-NetworkMode = Literal["none", "host", "bridge", "public"]
+NetworkMode = Literal["public", "no-network", "allowlist"]
+"""Harbor's network policy. ``public``: the host's network. ``no-network``: a network namespace
+of the sandbox's own (only loopback). ``allowlist``: refused (see ``_refuse_allowlist``)."""
+Phase = Literal["setup", "agent", "verifier"]
+
+_NETWORK_ALIASES = {"none": "no-network", "host": "public", "bridge": "public"}
+"""envlab's earlier spellings (``bridge`` gave the host's network too)."""
+
+MAX_TIMEOUT_SEC = 7 * 24 * 3600.0
+MAX_CPUS = 1024
+MAX_STORAGE_MB = 1 << 20  # 1 TiB
+MAX_INSTRUCTION_BYTES = 1 << 20
+MAX_TOML_BYTES = 1 << 20
+
+
+def _timeout(default: float) -> Any:
+    return Field(default, gt=0, le=MAX_TIMEOUT_SEC, allow_inf_nan=False)
 
 
 class _Section(BaseModel):
@@ -32,52 +63,162 @@ class _Section(BaseModel):
         return sorted(self.model_extra or {})
 
 
-class AgentSection(_Section):
-    timeout_sec: float = Field(600.0, gt=0)
-    user: str | None = None
+class _NetworkPolicy(_Section):
+    """``network_mode`` and ``allowed_hosts``, as every Harbor section that has them spells them."""
+
+    network_mode: NetworkMode | None = None
+    allowed_hosts: list[str] | None = None
+
+    @field_validator("network_mode", mode="before")
+    @classmethod
+    def _alias(cls, v: object) -> object:
+        if isinstance(v, str):
+            key = v.strip().lower()
+            return _NETWORK_ALIASES.get(key, key)
+        return v
+
+    @field_validator("network_mode")
+    @classmethod
+    def _refuse_allowlist(cls, v: NetworkMode | None) -> NetworkMode | None:
+        if v == "allowlist":
+            raise ValueError(
+                "'allowlist' cannot be honoured: envlab cannot yet restrict a sandbox's network "
+                "to a list of hosts safely (a name resolved by the sandbox, a proxy it could "
+                "bypass). Use 'no-network' (a network namespace of its own) or 'public' (the "
+                "host's network) for this phase"
+            )
+        return v
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts_need_allowlist(cls, v: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        # when network_mode itself failed (an allowlist, refused) that error says it all
+        if v and "network_mode" in info.data and info.data["network_mode"] != "allowlist":
+            raise ValueError("allowed_hosts is only valid with network_mode = 'allowlist'")
+        return v
 
 
-class VerifierSection(_Section):
-    timeout_sec: float = Field(600.0, gt=0)
-    env: dict[str, str] = Field(default_factory=dict)
-    user: str | None = None
+class _Baseline(_NetworkPolicy):
+    """The network of an environment: envlab's default is ``no-network`` (Harbor's is
+    ``public``: a task that needs the network must say so)."""
 
-
-class EnvironmentSection(_Section):
-    build_timeout_sec: float = Field(600.0, gt=0)
-    network_mode: NetworkMode = "none"
+    network_mode: NetworkMode | None = "no-network"
     allow_internet: bool | None = None
-    """Harbor's older spelling: ``true`` means ``network_mode = "host"``."""
-    env: dict[str, str] = Field(default_factory=dict)
-    cpus: float | None = Field(None, gt=0)
-    memory_mb: int | None = Field(None, gt=0)
-    memory: str | None = None
-    """Older spelling, e.g. ``"2G"`` or ``"512M"``."""
-    storage_mb: int | None = Field(None, gt=0)
-    docker_image: str | None = None
+    """Harbor's older spelling, used only where ``network_mode`` is not set: ``true`` is
+    ``public``, ``false`` is ``no-network``."""
 
     @model_validator(mode="after")
-    def _legacy(self) -> EnvironmentSection:
-        if self.allow_internet:
-            self.network_mode = "host"
-        if self.memory_mb is None and self.memory:
-            self.memory_mb = _parse_memory(self.memory)
+    def _legacy_allow_internet(self) -> _Baseline:
+        explicit = "network_mode" in self.model_fields_set or self.allowed_hosts is not None
+        if self.allow_internet is not None and not explicit:
+            self.network_mode = "public" if self.allow_internet else "no-network"
         return self
 
     @property
     def network(self) -> bool:
-        return self.network_mode != "none"
+        """The host's network for this environment's setup (see ``TaskConfig.network_for``)."""
+        return self.network_mode == "public"
 
 
-def _parse_memory(text: str) -> int:
+class AgentSection(_NetworkPolicy):
+    timeout_sec: float = _timeout(600.0)
+    user: str | int | None = None
+
+
+class VerifierEnvironment(_Baseline):
+    """``[verifier.environment]``: only its network is read (its baseline for the verifier)."""
+
+
+class VerifierSection(_NetworkPolicy):
+    timeout_sec: float = _timeout(600.0)
+    env: dict[str, str] = Field(default_factory=dict)
+    user: str | int | None = None
+    environment: VerifierEnvironment | None = None
+
+    def unknown_keys(self) -> list[str]:
+        inner = self.environment.unknown_keys() if self.environment is not None else []
+        return sorted([*super().unknown_keys(), *(f"environment.{k}" for k in inner)])
+
+
+class EnvironmentSection(_Baseline):
+    build_timeout_sec: float = _timeout(600.0)
+    env: dict[str, str] = Field(default_factory=dict)
+    cpus: float | None = Field(None, gt=0, le=MAX_CPUS, allow_inf_nan=False)
+    """Recorded, not enforced."""
+    memory_mb: int | None = Field(None, gt=0)
+    storage_mb: int | None = Field(None, gt=0)
+    docker_image: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_sizes(cls, data: Any) -> Any:
+        """``memory = "2G"`` and ``storage = "10G"`` (older spellings) become ``*_mb``."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for old, new in (("memory", "memory_mb"), ("storage", "storage_mb")):
+            if old not in data:
+                continue
+            text = data.pop(old)
+            if not isinstance(text, str):
+                raise ValueError(f"{old} must be a size like '2G' or '512M', got {text!r}")
+            mb = _parse_size_mb(text)
+            if data.get(new, mb) != mb:
+                raise ValueError(f"{old} = {text!r} ({mb} MB) contradicts {new} = {data[new]!r}")
+            data[new] = mb
+        return data
+
+    @field_validator("memory_mb")
+    @classmethod
+    def _memory_fits_the_host(cls, v: int | None) -> int | None:
+        host = host_memory_mb()
+        if v is not None and v > host:
+            raise ValueError(
+                f"{v} MB is more than this host's physical memory ({host} MB); lower it or run "
+                "the task on a larger host"
+            )
+        return v
+
+    @field_validator("storage_mb")
+    @classmethod
+    def _storage_fits_the_disk(cls, v: int | None) -> int | None:
+        if v is not None and v > MAX_STORAGE_MB:
+            raise ValueError(
+                f"{v} MB is more than 1 TiB ({MAX_STORAGE_MB} MB); no workspace needs it"
+            )
+        where, size = state_fs_mb()
+        if v is not None and v > size:
+            raise ValueError(
+                f"{v} MB is more than the whole filesystem of envlab's state directory "
+                f"({where}: {size} MB); lower it, or set ENVLAB_SANDBOX_DIR to a larger disk"
+            )
+        return v
+
+
+def host_memory_mb() -> int:
+    """The host's physical memory, in MiB."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 20
+
+
+def state_fs_mb() -> tuple[Path, int]:
+    """The filesystem that holds the sandboxes' workspaces (``ENVLAB_SANDBOX_DIR``, as
+    ``envlab.sandbox`` reads it, without creating it) and its total size in MiB."""
+    p = Path(os.environ.get("ENVLAB_SANDBOX_DIR", "/tmp/envlab-sandbox")).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p, shutil.disk_usage(p).total >> 20
+
+
+def _parse_size_mb(text: str) -> int:
     units = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
     t = text.strip().upper().removesuffix("B").removesuffix("I")
     try:
-        if t and t[-1] in units:
-            return max(1, int(float(t[:-1]) * units[t[-1]]))
-        return max(1, int(float(t) / (1 << 20)))
+        value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t) / (1 << 20)
     except ValueError:
-        raise ValueError(f"memory {text!r} is not a size like '2G' or '512M'") from None
+        raise ValueError(f"{text!r} is not a size like '2G' or '512M'") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is not a finite size")
+    return max(1, int(value))
 
 
 class TaskConfig(BaseModel):
@@ -99,6 +240,27 @@ class TaskConfig(BaseModel):
         for name in ("agent", "verifier", "environment"):
             keys += [f"{name}.{k}" for k in getattr(self, name).unknown_keys()]
         return sorted(keys)
+
+    def network_mode_for(self, phase: Phase) -> NetworkMode:
+        """The policy of one phase, resolved as Harbor does: ``[agent]`` and ``[verifier]``
+        override ``[environment]``; the verifier's baseline is ``[verifier.environment]`` when
+        the task has one. ``setup`` is the environment's own (the Dockerfile, setup.sh)."""
+        baseline = self.environment.network_mode or "no-network"
+        if phase == "agent":
+            return self.agent.network_mode or baseline
+        if phase == "verifier":
+            if self.verifier.network_mode is not None:
+                return self.verifier.network_mode
+            if self.verifier.environment is not None:
+                return self.verifier.environment.network_mode or "no-network"
+        return baseline
+
+    def network_for(self, phase: Phase) -> bool:
+        """True: the phase runs on the host's network; False: in a network namespace of its own.
+
+        ``allowlist`` never gets here (refused when the file is read); anything but ``public``
+        is no network, so an unknown policy fails closed."""
+        return self.network_mode_for(phase) == "public"
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,21 +359,52 @@ def _load(path: Path, _stamp: tuple[int, ...]) -> TaskFolder:
             f"task folder {path} has no tests/test.sh: the verifier that writes "
             "/logs/verifier/reward.txt is required"
         )
+    prompt = _read_text(
+        instruction,
+        MAX_INSTRUCTION_BYTES,
+        "it is the prompt, sent to the model at every step. Put large material in "
+        "environment/ (the agent's workspace) and name it in instruction.md",
+    )
     toml_path = path / "task.toml"
     raw: dict[str, Any] = {}
     if toml_path.is_file():
+        text = _read_text(toml_path, MAX_TOML_BYTES, "a task.toml holds settings, not data")
         try:
-            raw = tomllib.loads(toml_path.read_text())
+            raw = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{toml_path} is not valid TOML: {e}") from None
     try:
         config = TaskConfig.model_validate(raw)
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()
+        raise ConfigError(f"{toml_path}: {_problems(e)}") from None
+    return TaskFolder(path=path, name=path.name, instruction=prompt, config=config)
+
+
+def _read_text(path: Path, limit: int, why: str) -> str:
+    """A UTF-8 file of at most ``limit`` bytes (never reading more than that)."""
+    with path.open("rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ConfigError(
+            f"{path}: {path.stat().st_size} bytes is more than the {limit >> 10} KiB this file "
+            f"may hold: {why}"
         )
-        raise ConfigError(f"{toml_path}: {problems}") from None
-    return TaskFolder(path=path, name=path.name, instruction=instruction.read_text(), config=config)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+
+
+def _problems(e: ValidationError) -> str:
+    """``field.path: message; ...`` for every problem, without pydantic's ``Value error,``."""
+    out = []
+    for err in e.errors():
+        where = ".".join(str(x) for x in err["loc"]) or "top level"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] not in ("value_error", "missing") and "input" in err:
+            msg += f" (got {err['input']!r})"
+        out.append(f"{where}: {msg}")
+    return "; ".join(out)
 
 
 def find_task_folders(path: str | Path) -> list[TaskFolder]:
