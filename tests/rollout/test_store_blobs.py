@@ -92,6 +92,10 @@ def test_blobs_are_written_before_the_line_and_left_whole(tmp_path: Path) -> Non
         # a second store (a resumed run) finds the blob already there and writes no other
     with TrajectoryStore(p) as store:
         store.append(traj(1, episode(1)))
+    stale = tmp_path / "blobs" / ".0123.99999.tmp"  # a writer killed mid-blob
+    stale.write_bytes(b"half")
+    with TrajectoryStore(p):
+        pass
     names = sorted(x.name for x in (tmp_path / "blobs").iterdir())
     assert len(names) == 1 and not names[0].startswith("."), "no temporary file left"
     assert len(TrajectoryStore(p).load()) == 2

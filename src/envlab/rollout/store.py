@@ -69,8 +69,11 @@ class RunLock:
                     "it to finish (or stop it), then run again with --resume."
                 ) from None
             raise _os_error(e, self.path, "lock") from e
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:  # who holds it, for the message of the next one; only informative
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass
         self._fd = fd
 
     def release(self) -> None:
@@ -180,6 +183,8 @@ class TrajectoryStore:
             raise _os_error(e, self.path, "open") from e
         if not self._ends_with_newline():
             self.load(repair=True)  # never glue a record to one without its newline
+        for stale in self.blobs_dir.glob(".*.tmp"):  # a blob whose writer was killed
+            stale.unlink(missing_ok=True)
 
     def _ends_with_newline(self) -> bool:
         with self.path.open("rb") as f:
