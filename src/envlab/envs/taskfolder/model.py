@@ -201,9 +201,11 @@ def host_memory_mb() -> int:
 
 
 def state_fs_mb() -> tuple[Path, int]:
-    """The filesystem that holds the sandboxes' workspaces (``ENVLAB_SANDBOX_DIR``, as
-    ``envlab.sandbox`` reads it, without creating it) and its total size in MiB."""
-    p = Path(os.environ.get("ENVLAB_SANDBOX_DIR", "/tmp/envlab-sandbox")).absolute()
+    """The filesystem that holds the sandboxes' workspaces (``ENVLAB_SANDBOX_DIR``, found as
+    ``envlab.sandbox`` finds it, neither created nor checked here) and its total size in MiB."""
+    from envlab.sandbox.workspace import default_state_dir
+
+    p = Path(os.environ.get("ENVLAB_SANDBOX_DIR") or default_state_dir()).absolute()
     while not p.exists() and p != p.parent:
         p = p.parent
     return p, shutil.disk_usage(p).total >> 20
