@@ -151,3 +151,30 @@ async def test_a_declared_reward_range_is_normalised(tmp_path: Path) -> None:
                      toml="[metadata]\nreward_range = [0, 10]\n")  # fmt: skip
     traj = await episode(path, "noop")
     assert traj.status is Status.OK and traj.reward == 0.5 and traj.grader_failed is None
+
+
+@requires_bwrap
+@pytest.mark.parametrize(("mode", "reached"), [("no-network", 0.0), ("public", 1.0)])
+async def test_the_verifier_phase_has_its_own_network_policy(
+    tmp_path: Path, mode: str, reached: float
+) -> None:
+    """Harbor 0.25: ``[verifier] network_mode`` overrides ``[environment]`` for grading."""
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    try:
+        probe = (
+            'python3 -c \'import socket; socket.create_connection(("127.0.0.1", '
+            f"{port}), timeout=3)' && echo 1 > /logs/verifier/reward.txt "
+            "|| echo 0 > /logs/verifier/reward.txt\n"
+        )
+        path = make_task(tmp_path, test_sh=probe)
+        (path / "task.toml").write_text(
+            '[environment]\nnetwork_mode = "no-network"\n'
+            f'[verifier]\ntimeout_sec = 30\nnetwork_mode = "{mode}"\n'
+        )
+        traj = await episode(path, "noop")
+    finally:
+        server.close()
+    assert traj.status is Status.OK and traj.reward == reached, traj.grader_failed

@@ -137,7 +137,7 @@ async def _execute(task: TaskFolder, plan: BuildPlan, app: Path) -> None:
     deadline = time.monotonic() + cfg.build_timeout_sec
     box = BubblewrapSandbox(
         app_dir=app,
-        network=cfg.network,
+        network=task.config.network_for("setup"),
         limits=Limits(memory_bytes=(cfg.memory_mb or 4096) << 20),
         env={**plan.env, **cfg.env},
         name=f"build-{task.name}",
@@ -170,7 +170,7 @@ async def _run(box: Sandbox, task: TaskFolder, step: Run, timeout: float) -> Non
     raise DockerfileError(
         f"{where}: `RUN {step.text}` {why}:\n{tail}\n"
         "Build commands run as an unprivileged user on the host's read-only system"
-        + ("" if task.config.environment.network else " without network")
+        + ("" if task.config.network_for("setup") else " without network")
         + ": install system packages on the host, vendor downloads into environment/."
     )
 

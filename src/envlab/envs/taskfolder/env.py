@@ -126,7 +126,7 @@ class TerminalEnv(ToolEnv):
                 "path": str(f.path),
                 "agent_timeout_sec": cfg.agent.timeout_sec,
                 "verifier_timeout_sec": cfg.verifier.timeout_sec,
-                "network_mode": cfg.environment.network_mode,
+                "network_mode": cfg.network_mode_for("agent"),
             },
         )
 
@@ -165,7 +165,7 @@ class TerminalEnv(ToolEnv):
         self.box = await BubblewrapSandbox.create(
             self.prepared.app_dir,
             limits=self.limits(folder),
-            network=cfg.network,
+            network=folder.config.network_for("agent"),
             env={**self.prepared.env, **cfg.env},
             workdir=self.prepared.workdir,
             name=f"agent-{folder.name}",
@@ -291,7 +291,11 @@ class TerminalEnv(ToolEnv):
         cfg = self.folder.config.environment
         try:
             reward = await run_verifier(
-                self.folder, self.box.host_workdir, self.prepared, memory_mb=cfg.memory_mb or 4096
+                self.folder,
+                self.box.host_workdir,
+                self.prepared,
+                memory_mb=cfg.memory_mb or 4096,
+                network=self.folder.config.network_for("verifier"),
             )
         except GraderFailed as e:
             self._record_scrubbed(e.details)
