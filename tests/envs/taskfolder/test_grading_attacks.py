@@ -90,6 +90,32 @@ async def test_module_under_test_exits_the_test_runner_at_import(tmp_path: Path,
     assert_no_reward(traj, f"{task}: os._exit(0) at import")
 
 
+MODULE = {"fix-bug-pytest": "intervals.py", "textstats-pytest": "textstats.py"}
+
+
+@pytest.mark.parametrize(
+    ("payload", "task"),
+    [
+        ("atexit_exit0", "fix-bug-pytest"),
+        ("atexit_forge_junit", "textstats-pytest"),
+        ("patch_runtest", "fix-bug-pytest"),
+        ("forge_session_finish", "fix-bug-pytest"),
+        ("erase_session_start", "fix-bug-pytest"),
+        ("extra_reward_txt", "textstats-pytest"),
+        ("extra_rewards_json", "textstats-pytest"),
+    ],
+)
+async def test_module_under_test_tampers_with_the_test_runner(
+    tmp_path: Path, payload: str, task: str
+) -> None:
+    """The module under test keeps its (wrong) code and adds ``attacks/module_payloads/``."""
+    code = (ATTACKS / "module_payloads" / f"{payload}.py").read_text()
+    agent = inline(tmp_path, f"cat >> /app/{MODULE[task]} <<'PY'\n{code}PY\necho planted\n")
+    traj = await episode(EXAMPLES / task, agent)
+    assert "planted" in tool_output(traj), tool_output(traj)
+    assert_no_reward(traj, f"{task}: {payload} in the module under test")
+
+
 @pytest.mark.parametrize("mode", ["timestamp", "hash", "sourceless"])
 async def test_forged_bytecode_beside_the_source_is_not_imported(tmp_path: Path, mode: str) -> None:
     traj = await episode(
