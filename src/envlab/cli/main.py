@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
+from envlab.cli.gc import gc_cmd
 from envlab.cli.measure_cmds import compare_cmd, report_cmd, summary_rows
 from envlab.cli.serve_model import serve_model_cmd
 from envlab.cli.task import task_app
@@ -221,6 +222,7 @@ app.command("vet")(vet_cmd)
 app.add_typer(task_app, name="task")
 app.command("serve-model")(serve_model_cmd)
 app.command("arena")(arena_cmd)
+app.command("gc")(gc_cmd)
 
 
 def main() -> None:

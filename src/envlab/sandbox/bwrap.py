@@ -27,7 +27,7 @@ from envlab.sandbox.base import Command, ExecResult, Mount, Sandbox, SandboxErro
 from envlab.sandbox.gate import StartGate, pidns, seccomp_fd
 from envlab.sandbox.gc import sweep_once
 from envlab.sandbox.layout import bwrap_binary, host_layout
-from envlab.sandbox.limits import Cgroup, GiB, Limits
+from envlab.sandbox.limits import Cgroup, GiB, Limits, MiB
 from envlab.sandbox.owner import current_owner
 from envlab.sandbox.process import run_process
 from envlab.sandbox.storage import Storage
@@ -37,6 +37,8 @@ from envlab.sandbox.workspace import chown_tree, copy_tree, state_dir
 log = logging.getLogger(__name__)
 
 APP = "/app"
+SHM_BYTES = 64 * MiB
+"""``/dev/shm`` of one command (Docker's default size); its pages count as the sandbox's memory."""
 OVERLAY_STORAGE_BYTES = 4 * GiB
 """The bound of an overlay's writes when the limits set no ``storage_bytes``."""
 
@@ -217,6 +219,8 @@ class BubblewrapSandbox(Sandbox):
             ]  # fmt: skip
         made = set(layout.dirs)
         a += ["--dev", "/dev", "--proc", "/proc"]
+        # POSIX shared memory (multiprocessing's locks): a small tmpfs of each command's own
+        a += ["--perms", "01777", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm"]
         for m in self._mounts:
             a += self._mount_args(m, made)
         return a

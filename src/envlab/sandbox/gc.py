@@ -4,8 +4,9 @@ devices, cgroups, processes of sandbox uids no one leases, and their owner locks
 What belongs to whom is read off names (sandbox/owner.py): an owner is dead when no process
 holds its lock, which stays true when its pid is reused. Run at the first sandbox of every
 process (``sweep_once``) and by ``envlab gc`` (``collect``). A live owner's things are never
-touched; neither is anything that is not named like an envlab owner's, except the legacy
-workspaces directly in ``<state>/boxes`` and empty cgroups under ``envlab/``.
+touched; neither is anything that is not named like an envlab owner's, unless ``legacy`` is
+asked for: then also workspaces directly in ``<state>/boxes`` and empty cgroups under
+``envlab/`` named as envlab did before owners (run it when no older envlab is running).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from envlab.sandbox.workspace import state_dir
 
 log = logging.getLogger(__name__)
 
+LEGACY_STATE = Path("/tmp/envlab-sandbox")
+"""Where envlab kept its workspaces before the state directory had to be private."""
 CGROUP_PARENTS = (Path("/sys/fs/cgroup/memory/envlab"), Path("/sys/fs/cgroup/envlab"))
 LOOP_CLR_FD = 0x4C01
 _swept = False
@@ -142,14 +145,14 @@ def _empty_cgroup(path: Path, deadline_s: float = 5.0) -> None:
         time.sleep(0.01)
 
 
-def _gc_cgroups(deaths: _Deaths, dry: bool) -> list[Removed]:
+def _gc_cgroups(deaths: _Deaths, dry: bool, legacy: bool) -> list[Removed]:
     out = []
     for parent in CGROUP_PARENTS:
         if not parent.is_dir():
             continue
         for cg in sorted(p for p in parent.iterdir() if p.is_dir()):
             oid = owner_of(cg.name)
-            if oid is not None and not deaths.dead(oid):
+            if (oid is None and not legacy) or (oid is not None and not deaths.dead(oid)):
                 continue
             if dry:
                 out.append(Removed("cgroup", str(cg), oid))
@@ -164,7 +167,7 @@ def _gc_cgroups(deaths: _Deaths, dry: bool) -> list[Removed]:
     return out
 
 
-def _gc_workspaces(deaths: _Deaths, dry: bool, states: set[Path]) -> list[Removed]:
+def _gc_workspaces(deaths: _Deaths, dry: bool, states: set[Path], legacy: bool) -> list[Removed]:
     out = []
     mounted = _mounts()
     for state in sorted(states):
@@ -173,10 +176,10 @@ def _gc_workspaces(deaths: _Deaths, dry: bool, states: set[Path]) -> list[Remove
             continue
         for entry in sorted(boxes.iterdir()):
             oid = owner_of(entry.name)
-            if oid is not None and not deaths.dead(oid):
+            if (oid is None and not legacy) or (oid is not None and not deaths.dead(oid)):
                 continue
             prefix = str(entry) + "/"
-            if any(m.startswith(prefix) for m in mounted):
+            if not dry and any(m.startswith(prefix) for m in mounted):
                 log.warning("%s still has a mounted filesystem; leaving it", entry)
                 continue
             size = _du(entry) if entry.is_dir() and not entry.is_symlink() else 0
@@ -213,20 +216,25 @@ def _gc_uids(dry: bool) -> list[Removed]:
     return out
 
 
-def collect(*, dry_run: bool = False) -> list[Removed]:
-    """Remove (or with ``dry_run`` only list) everything of dead owners; return what."""
+def collect(*, dry_run: bool = False, legacy: bool = False) -> list[Removed]:
+    """Remove (or with ``dry_run`` only list) everything of dead owners; return what.
+    ``legacy`` also takes what envlab left before it named things by owner."""
     deaths = _Deaths()
     try:
         oids = owner_ids()
         states = {state_dir()}
+        if legacy and LEGACY_STATE.is_dir() and LEGACY_STATE.stat().st_uid == os.geteuid():
+            states.add(LEGACY_STATE)
         for oid in oids:
             if deaths.dead(oid):
                 recorded = record_of(oid).get("state_dir")
                 if isinstance(recorded, str) and os.path.isdir(recorded):
                     states.add(Path(recorded))
         removed = _gc_mounts(deaths, dry_run) + _gc_loops(deaths, dry_run)
-        removed += _gc_cgroups(deaths, dry_run) + _gc_workspaces(deaths, dry_run, states)
-        removed += _gc_uids(dry_run)
+        removed += _gc_cgroups(deaths, dry_run, legacy)
+        removed += _gc_workspaces(deaths, dry_run, states, legacy)
+        if legacy:  # a sandbox uid nobody leases may still be an older envlab's
+            removed += _gc_uids(dry_run)
         for oid in oids:
             if deaths.dead(oid):
                 if not dry_run:
