@@ -215,19 +215,17 @@ if [ "$(cat /app/answer.txt 2>/dev/null)" = 42 ]; then echo 1; else echo 0; fi \
 """
 
 
+@pytest.mark.parametrize("twist", ["plain", "worktree", "symlink"])
 @pytest.mark.parametrize("vector", ["fsmonitor", "filter", "external", "textconv"])
 async def test_git_in_the_verifier_runs_no_program_of_the_repository(
-    tmp_path: Path, vector: str
+    tmp_path: Path, vector: str, twist: str
 ) -> None:
     path = make_task(tmp_path, test_sh=GIT_GRADER)
-    traj = await episode(
-        path, script(tmp_path, "git_config_programs.sh", f"VECTOR={vector}\nexport VECTOR\n")
-    )
+    params = f"VECTOR={vector}\nTWIST={twist}\nexport VECTOR TWIST\n"
+    traj = await episode(path, script(tmp_path, "git_config_programs.sh", params))
     out = tool_output(traj)
-    assert "CONTROL-42" in out, (
-        f"control: git runs the {vector} program in the agent's sandbox\n{out}"
-    )
-    assert_no_reward(traj, f"git ran the repository's {vector} program in the verifier")
+    assert "CONTROL-42" in out, f"control: git runs the {vector} program in the agent's box\n{out}"
+    assert_no_reward(traj, f"git ran the repository's {vector} program ({twist=}) in the verifier")
 
 
 # --- 3. answers that are links into /tests -----------------------------------------------------

@@ -1,5 +1,6 @@
 # a grader that runs git in /app runs programs the repository's own config names
-# (VECTOR=fsmonitor | filter | external | textconv); each sets the answer to 42
+# (VECTOR=fsmonitor | filter | external | textconv); each sets the answer to 42. TWIST=worktree
+# puts the setting in .git/config.worktree, TWIST=symlink makes .git/config a link in /app
 set -e
 cd /app
 git init -q .
@@ -17,14 +18,17 @@ esac
 exit 0
 SH
 chmod +x /app/.evil
+scope=
+if [ "${TWIST:-}" = worktree ]; then git config extensions.worktreeConfig true; scope=--worktree; fi
 case "$VECTOR" in
-  fsmonitor) git config core.fsmonitor /app/.evil ;;
+  fsmonitor) git config $scope core.fsmonitor /app/.evil ;;
   filter) printf '*.dat filter=evil\n' > .gitattributes
-          git config filter.evil.clean 'EVIL_MODE=filter /app/.evil' ;;
-  external) git config diff.external /app/.evil ;;
+          git config $scope filter.evil.clean 'EVIL_MODE=filter /app/.evil' ;;
+  external) git config $scope diff.external /app/.evil ;;
   textconv) printf '*.dat diff=evil\n' > .gitattributes
-            git config diff.evil.textconv 'EVIL_MODE=textconv /app/.evil' ;;
+            git config $scope diff.evil.textconv 'EVIL_MODE=textconv /app/.evil' ;;
 esac
+if [ "${TWIST:-}" = symlink ]; then mv .git/config .gitcfg && ln -s ../.gitcfg .git/config; fi
 printf 'DATA\n' > tracked.dat  # same size, new content: status re-hashes, diff has a change
 # control: run here, git does run the program
 git status --porcelain >/dev/null 2>&1 || true
