@@ -18,8 +18,7 @@ BOXES = 4
 # collide (a 1 in 70 chance not to); with a host-wide lease they cannot
 SLOTS = 2 * BOXES
 
-PROCESS = (
-    """
+PROCESS = """
 import asyncio, json, sys, time
 from pathlib import Path
 from envlab.sandbox import BubblewrapSandbox, Limits
@@ -50,8 +49,6 @@ async def main():
 
 asyncio.run(main())
 """
-    % BOXES
-)
 
 
 def test_two_processes_with_different_state_dirs_never_share_a_uid(tmp_path: Path) -> None:
