@@ -37,8 +37,8 @@ def test_reward_txt_and_json_components(tmp_path: Path) -> None:
     total, comps = read_reward_files(logs(tmp_path / "b", reward_json='{"reward": 1, "s": 0.5}'))
     assert total == 1.0 and comps == {"reward": 1.0, "s": 0.5}
     assert read_reward_files(logs(tmp_path / "c", rewards_json='{"a": 1, "b": 0}'))[0] == 0.5
-    total, comps = read_reward_files(logs(tmp_path / "d", reward_txt="1", reward_json='{"x": 0}'))
-    assert total == 1.0 and comps == {"x": 0.0}
+    total, comps = read_reward_files(logs(tmp_path / "d", reward_txt="1", reward_json='{"x": 1}'))
+    assert total == 1.0 and comps == {"x": 1.0}
     assert read_reward_files(logs(tmp_path / "e", reward_txt="  .5e0 \n"))[0] == 0.5
 
 
@@ -60,6 +60,8 @@ def test_reward_txt_and_json_components(tmp_path: Path) -> None:
         ({"reward_json": '{"a": {"b": 1}}'}, "flat object"),
         ({"reward_json": "[]"}, "flat object"),
         ({"reward_json": "[" * 60_000}, "not valid JSON"),
+        ({"reward_txt": "1", "reward_json": '{"x": 0}'}, "disagree"),
+        ({"reward_json": "0.5", "rewards_json": '{"reward": 1}'}, "disagree"),
         ({"reward_json": "[" * 200_000}, "larger than"),
     ],
 )

@@ -104,23 +104,27 @@ def _parse_txt(text: str) -> float:
 
 
 def read_reward_files(logs: Path) -> tuple[float, dict[str, float]]:
-    """``(total, components)`` from the reward files in ``logs``; ``reward.txt``, when present,
-    gives the total. ``GraderFailed`` when none is there or any is malformed."""
+    """``(total, components)`` from the reward files in ``logs``. ``GraderFailed`` when none is
+    there, any is malformed, or two disagree on the total: the code under test runs in the
+    verifier and may have written a second file beside the one test.sh wrote."""
     components: dict[str, float] = {}
-    total: float | None = None
+    totals: dict[str, float] = {}
     for name in ("reward.json", "rewards.json"):
         text = read_small(logs / name)
         if text is not None:
-            total, parsed = _parse_json(name, text)
+            totals[name], parsed = _parse_json(name, text)
             components.update(parsed)
     text = read_small(logs / "reward.txt")
     if text is not None:
-        total = _parse_txt(text)
-    if total is None:
+        totals["reward.txt"] = _parse_txt(text)
+    if not totals:
         raise GraderFailed(
             "the verifier wrote no reward: /logs/verifier/reward.txt and reward.json are missing"
         )
-    return total, components
+    if len(set(totals.values())) > 1:
+        said = ", ".join(f"{k} = {v:g}" for k, v in totals.items())
+        raise GraderFailed(f"the reward files disagree ({said}); a grade needs one total")
+    return next(iter(totals.values())), components
 
 
 def reward_from_logs(logs: Path, details: dict[str, Any]) -> Reward:

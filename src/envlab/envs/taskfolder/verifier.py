@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -58,7 +57,7 @@ _GIT_SAFE = {
 }
 
 
-def verifier_env(task: TaskFolder, prepared: PreparedWorkspace, sessions: str) -> dict[str, str]:
+def verifier_env(task: TaskFolder, prepared: PreparedWorkspace) -> dict[str, str]:
     task_env = {**prepared.env, **task.config.environment.env, **task.config.verifier.env}
     clean = {
         k: v for k, v in task_env.items() if k not in _DENY_EXACT and not k.startswith(_DENY_PREFIX)
@@ -78,7 +77,6 @@ def verifier_env(task: TaskFolder, prepared: PreparedWorkspace, sessions: str) -
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONPYCACHEPREFIX": "/tmp/.pycache",
         "PYTEST_ADDOPTS": "-p no:cacheprovider --rootdir=/tests --confcutdir=/tests",
-        "ENVLAB_PYTEST_SESSIONS": sessions,
     }
 
 
@@ -102,7 +100,6 @@ async def run_verifier(
             logs.mkdir()
         except OSError as e:
             raise InfraError(f"could not set up the verifier's view of the workspace: {e}") from e
-        sessions = f"/tmp/.envlab-{secrets.token_hex(8)}"
         box = BubblewrapSandbox(
             app_dir=app,
             mounts=[
@@ -110,7 +107,7 @@ async def run_verifier(
                 Mount(logs, LOGS, writable=True),
                 Mount(kit.kit_dir(), kit.MOUNT),
             ],
-            env=verifier_env(task, prepared, sessions),
+            env=verifier_env(task, prepared),
             network=network,
             workdir=prepared.workdir,
             limits=Limits(timeout_s=timeout, memory_bytes=memory_mb << 20),

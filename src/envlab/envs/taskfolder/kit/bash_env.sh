@@ -2,8 +2,9 @@
 # the sandbox lacks is named, and reported to the host, instead of leaving a silent 0.
 command_not_found_handle() {
   printf 'envlab: the verifier needs %s, which is not installed in the sandbox\n' "$1" >&2
-  if [ -n "${ENVLAB_PYTEST_SESSIONS:-}" ]; then
-    printf '%s\n' "$1" >> "$ENVLAB_PYTEST_SESSIONS/missing-tools" 2>/dev/null
-  fi
+  case "${ENVLAB_REPORT_FD:-}" in
+    ''|*[!0-9]*) ;;
+    *) printf 'missing %s\n' "$1" 2>/dev/null >&"$ENVLAB_REPORT_FD" ;;
+  esac
   return 127
 }

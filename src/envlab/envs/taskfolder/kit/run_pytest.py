@@ -1,26 +1,35 @@
 """``pytest`` as the verifier runs it: ``python3 -P run_pytest.py ARGS`` (copied into the sandbox).
 
-It registers a plugin that marks the start and the end of the test session in the directory
+It registers a plugin that reports the start and the end of the test session on the pipe
 ``verifier_run.py`` reads, so that a session cut short (``os._exit(0)`` at import in the code
-under test, a kill) is known to have never finished, whatever exit code it left behind.
+under test, a kill) is known to have never finished, whatever exit code it left behind; and it
+ends the process itself once the session is over, so that no ``atexit`` handler the code under
+test registered can change the exit code or the files pytest wrote.
+
+What it cannot do: code that the tests import runs in this very process and can, if it targets
+this guard, patch pytest or write on the pipe itself. Tests that must not trust the code under
+test run it in a subprocess.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
-_DIR = os.environ.pop("ENVLAB_PYTEST_SESSIONS", None)
+_FD = os.environ.pop("ENVLAB_REPORT_FD", None)
+_EXIT = os._exit  # kept before any code under test can replace it
+
+
+def _report(line: str) -> None:
+    if _FD is None or not _FD.isdigit():
+        return
+    with contextlib.suppress(OSError):
+        os.write(int(_FD), (line + "\n").encode())
 
 
 def _mark(kind: str, text: str = "") -> None:
-    if _DIR is None:
-        return
-    try:
-        with open(os.path.join(_DIR, f"{kind}-{os.getpid()}"), "w") as f:
-            f.write(text)
-    except OSError:
-        pass
+    _report(f"{kind} {os.getpid()} {text}".rstrip())
 
 
 class SessionGuard:
@@ -47,13 +56,12 @@ def main() -> int:
 
 
 def _mark_missing(tool: str) -> None:
-    if _DIR is not None:
-        try:
-            with open(os.path.join(_DIR, "missing-tools"), "a") as f:
-                f.write(tool + "\n")
-        except OSError:
-            pass
+    _report(f"missing {tool}")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    _EXIT(status)

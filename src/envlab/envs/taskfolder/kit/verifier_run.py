@@ -26,12 +26,14 @@ import sys
 import time
 
 END = "ENVLAB-VERIFIER-END "
-SESSIONS_VAR = "ENVLAB_PYTEST_SESSIONS"
+REPORT_FD_VAR = "ENVLAB_REPORT_FD"
+"""Names the write end of a pipe on which the pytest guard and the bash hook report (a pipe, not
+a file: what was written cannot be listed, rewritten or erased by the code under test)."""
 # git config keys kept in the verifier's view: none of them names a program to run
 _GIT_KEEP = re.compile(
     r"^(core\.(repositoryformatversion|bare|filemode|logallrefupdates|ignorecase|symlinks|"
     r"precomposeunicode|autocrlf|eol|safecrlf|abbrev|compression|bigfilethreshold)|"
-    r"extensions\.[a-z0-9]+|remote\.[^=]*\.(url|fetch|pushurl)|branch\.[^=]*\.(remote|merge)|"
+    r"extensions\.(objectformat|refstorage)|remote\.[^=]*\.(url|fetch|pushurl)|branch\.[^=]*\.(remote|merge)|"
     r"user\.(name|email)|init\.defaultbranch)$",
     re.IGNORECASE,
 )
@@ -44,7 +46,10 @@ def _no_dump() -> None:
 
 
 def _is_git_dir(path: str, names: list[str]) -> bool:
-    return "HEAD" in names and "config" in names and os.path.isdir(os.path.join(path, "objects"))
+    """A repository's git dir, or a linked worktree's (``commondir`` names the shared one)."""
+    return "HEAD" in names and (
+        "commondir" in names or os.path.isdir(os.path.join(path, "objects"))
+    )
 
 
 def _git_config(path: str) -> list[str]:
@@ -60,7 +65,7 @@ def _git_config(path: str) -> list[str]:
     dropped = sorted({k for k, *_ in entries if not _GIT_KEEP.match(k)})
     if out.returncode != 0:
         dropped = ["(unreadable config)"]
-    os.unlink(path)
+    os.unlink(path)  # a link is replaced by a regular file: its target is not ours to trust
     with open(path, "x") as f:
         for k, v in kept:
             section, _, rest = k.rpartition(".")
@@ -80,7 +85,8 @@ def prepare(root: str) -> list[dict[str, str]]:
     for path, dirs, files in os.walk(root):
         for d in list(dirs):
             if d == "__pycache__":
-                _remove_tree(os.path.join(path, d))
+                full = os.path.join(path, d)
+                os.unlink(full) if os.path.islink(full) else _remove_tree(full)
                 changed.append({"path": os.path.join(path, d), "kind": "bytecode"})
                 dirs.remove(d)
         for name in files:
@@ -92,13 +98,14 @@ def prepare(root: str) -> list[dict[str, str]]:
                     continue
                 changed.append({"path": full, "kind": "bytecode"})
         if _is_git_dir(path, dirs + files):
-            config = os.path.join(path, "config")
-            if os.path.isfile(config) and not os.path.islink(config):
+            for name in ("config", "config.worktree"):
+                config = os.path.join(path, name)
+                if not os.path.lexists(config) or os.path.isdir(config):
+                    continue
                 dropped = _git_config(config)
                 if dropped:
-                    changed.append(
-                        {"path": config, "kind": "git-config", "dropped": ",".join(dropped)}
-                    )
+                    entry = {"path": config, "kind": "git-config", "dropped": ",".join(dropped)}
+                    changed.append(entry)
     return changed
 
 
@@ -151,32 +158,53 @@ def _kill_others() -> int:
     return len(survivors)
 
 
-def _sessions(d: str) -> tuple[list[int], list[str]]:
+def _read_all(fd: int) -> bytes:
+    """Everything written to the pipe; every writer is dead by now (EOF), or we stop at 1 MiB."""
+    os.set_blocking(fd, False)
+    chunks: list[bytes] = []
+    size = 0
+    while size < 1 << 20:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+        size += len(data)
+    return b"".join(chunks)
+
+
+def _sessions(data: bytes) -> tuple[list[int], list[str]]:
     """pytest sessions that started and never finished; programs reported missing."""
-    try:
-        names = os.listdir(d)
-    except OSError:
-        return [], []
-    started = {n.split("-", 1)[1] for n in names if n.startswith("start-")}
-    finished = {n.split("-", 1)[1] for n in names if n.startswith("finish-")}
-    missing: list[str] = []
-    try:
-        with open(os.path.join(d, "missing-tools")) as f:
-            missing = sorted({line.strip() for line in f if line.strip()})[:20]
-    except OSError:
-        pass
-    return sorted(int(p) for p in started - finished if p.isdigit()), missing
+    started: set[str] = set()
+    finished: set[str] = set()
+    missing: set[str] = set()
+    for line in data.decode(errors="replace").splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "start":
+            started.add(rest.split(" ")[0])
+        elif kind == "finish":
+            finished.add(rest.split(" ")[0])
+        elif kind == "missing" and rest:
+            missing.add(rest[:100])
+    unfinished = sorted(int(p) for p in started - finished if p.isdigit())
+    return unfinished, sorted(missing)[:20]
 
 
 def main() -> int:
     _no_dump()
     changed = prepare("/app")
-    sessions = os.environ[SESSIONS_VAR]
-    os.makedirs(sessions, mode=0o700, exist_ok=True)
-    child = subprocess.Popen(["bash", "/tests/test.sh"], stdin=subprocess.DEVNULL)
+    read_end, write_end = os.pipe()
+    os.set_inheritable(write_end, True)
+    env = {**os.environ, REPORT_FD_VAR: str(write_end)}
+    child = subprocess.Popen(
+        ["bash", "/tests/test.sh"], stdin=subprocess.DEVNULL, env=env, pass_fds=(write_end,)
+    )
+    os.close(write_end)
     _, status = os.waitpid(child.pid, 0)
     stragglers = _kill_others()
-    unfinished, missing = _sessions(sessions)
+    unfinished, missing = _sessions(_read_all(read_end))
     report = {
         "exit_code": os.waitstatus_to_exitcode(status),
         "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
