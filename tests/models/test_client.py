@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
+from collections.abc import Iterator
 
 import pytest
 
-from envlab.core import InfraError
+from envlab.core import InfraError, install_agent_clock, reset_agent_clock
 from envlab.models.client import (
     ModelRequestError,
     OpenAICompatModel,
@@ -43,14 +45,67 @@ async def test_reply_fields_and_request_body(fake: FakeOpenAI) -> None:
     assert body["logprobs"] is True and body["tool_choice"] == "required"
 
 
+class RecordingClock:
+    """An ``AgentClock`` that only records what the client reports to it (no deadlines)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[str] = []
+        self.credits: list[str] = []
+        self.open = 0
+
+    def pause(self, why: str) -> None:
+        self.pauses.append(why)
+        self.open += 1
+
+    def resume(self) -> None:
+        self.open -= 1
+
+    def credit(self, seconds: float, why: str) -> None:
+        self.credits.append(why)
+
+    @property
+    def waited_s(self) -> float:
+        return 0.0
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[RecordingClock]:
+    clock = RecordingClock()
+    token = install_agent_clock(clock)
+    try:
+        yield clock
+    finally:
+        reset_agent_clock(token)
+
+
 async def test_429_then_success_honours_retry_after(fake: FakeOpenAI) -> None:
     fake.push(error(429, "slow down", {"Retry-After": "0.3"}), completion("ok"))
-    async with OpenAICompatModel("m", fake.base_url, retry=FAST) as model:
-        t0 = time.perf_counter()
-        reply = await model.chat(MSGS)
-        waited = time.perf_counter() - t0
+    with recording() as clock:
+        async with OpenAICompatModel("m", fake.base_url, retry=FAST) as model:
+            reply = await model.chat(MSGS)
     assert reply.text == "ok" and reply.attempts == 2
-    assert waited >= 0.3, "Retry-After was not honoured"
+    # the client waited what the server asked, as time that is not the agent's
+    assert clock.pauses == ["model retry backoff 0.3s after HTTP 429: slow down"]
+    assert clock.credits == ["failed model request"] and clock.open == 0
+
+
+async def test_a_timed_out_try_is_not_credited() -> None:
+    """A model too slow to answer may be the agent's own slowness: only the backoff is paused."""
+    import socket
+
+    with (
+        recording() as clock,
+        socket.socket() as s,
+    ):  # accepts connections (backlog) but never answers
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+        async with OpenAICompatModel(
+            "m", url, timeout_s=0.2, retry=RetryPolicy(max_retries=1, backoff_s=0.01)
+        ) as model:
+            with pytest.raises(InfraError, match="timed out"):
+                await model.chat(MSGS)
+    assert clock.credits == [] and len(clock.pauses) == 1 and clock.open == 0
 
 
 async def test_500s_until_retries_run_out_raise_infra_error(fake: FakeOpenAI) -> None:

@@ -52,16 +52,31 @@ async def test_step_timeout_is_timeout_and_still_graded() -> None:
     agent = ScriptAgent([Action(tool_calls=[ToolCall("wait", {"seconds": 5})])])
     t = await run(EchoEnv(), agent, step_timeout=0.1)
     assert t.status is Status.TIMEOUT
-    assert "step 0 took longer than 0.1s" in (t.error or "")
+    # which limit, its value, and what was running when it passed
+    assert t.error == "step 0 took longer than step_timeout=0.1s while the environment was stepping"
     assert t.reward == 0.0  # graded what the agent left: no answer
-    assert t.timings.duration_s < 2
 
 
-async def test_episode_timeout() -> None:
-    agent = ScriptAgent([Action(tool_calls=[ToolCall("wait", {"seconds": 0.08})])] * 5)
-    t = await run(EchoEnv(), agent, step_timeout=1.0, episode_timeout=0.2)
-    assert t.status is Status.TIMEOUT and "episode took longer" in (t.error or "")
-    assert 1 <= t.n_steps <= 3
+async def test_episode_timeout_caps_the_step_limit() -> None:
+    quick = Action(tool_calls=[ToolCall("repeat", {"text": "a"})])
+    agent = ScriptAgent([quick, Action(tool_calls=[ToolCall("wait", {"seconds": 30})])])
+    t = await run(EchoEnv(), agent, step_timeout=10.0, episode_timeout=0.2)
+    assert t.status is Status.TIMEOUT and t.n_steps == 1
+    assert t.error == (
+        "the episode took longer than episode_timeout=0.2s, at step 1 while the environment "
+        "was stepping"
+    )
+
+
+async def test_agent_timeout_names_the_agent() -> None:
+    class Slow(ScriptAgent):
+        async def act(self, observation):  # type: ignore[no-untyped-def]
+            await asyncio.sleep(30)
+            return await super().act(observation)
+
+    t = await run(EchoEnv(), Slow([]), step_timeout=0.1)
+    assert t.status is Status.TIMEOUT
+    assert t.error == "step 0 took longer than step_timeout=0.1s while the agent was acting"
 
 
 async def test_env_exception_is_env_error_and_not_scored() -> None:
@@ -122,7 +137,10 @@ async def test_slow_reset_is_not_the_agents_time() -> None:
     t = await run(SlowReset(), ScriptAgent([]), episode_timeout=0.2)
     assert t.status is Status.OK and t.reward == 1.0
     t = await run(SlowReset(), ScriptAgent([]), reset_timeout=0.1, max_retries=0)
-    assert t.status is Status.INFRA_ERROR and "reset took longer" in (t.error or "")
+    assert t.status is Status.INFRA_ERROR
+    assert (
+        t.error == "reset took longer than reset_timeout=0.1s while the environment was resetting"
+    )
 
 
 async def test_cancelling_an_episode_still_closes_env_and_agent() -> None:

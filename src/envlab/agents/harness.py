@@ -9,9 +9,11 @@ Each ``act`` sends the conversation so far to the model and turns its reply into
 - a reply with no tool call is the final answer;
 - tool results go back as ``tool`` messages (``tool_call_id``), other observations as ``user``.
 
-Limits per episode (turns, completion tokens, wall time) end the episode with the text so far as
-the answer and ``info["harness_stop"]`` naming the limit. The model's token ids and logprobs,
-when the server returns them, add up to the episode's ``TokenView``.
+Limits per episode (turns, completion tokens, time) end the episode with the text so far as
+the answer and ``info["harness_stop"]`` naming the limit. The time limit is on the agent's clock:
+time spent waiting for the model's queue or a rate limit (``core.clock``) is not counted. The
+model's token ids and logprobs, when the server returns them, add up to the episode's
+``TokenView``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from envlab.core import Action, Agent, AgentSpec, EpisodeContext, Observation, TokenView, ToolCall
+from envlab.core import (
+    Action,
+    Agent,
+    AgentSpec,
+    EpisodeContext,
+    Observation,
+    TokenView,
+    ToolCall,
+    not_agent_seconds,
+)
 from envlab.models.client import ModelReply, OpenAICompatModel
 from envlab.models.toolcalls import parse_tool_calls, render_tool_response, render_tools_prompt
 
@@ -159,6 +170,7 @@ class ToolCallingHarness(Agent):
         self._turn = 0
         self._tokens = 0
         self._t0 = time.monotonic()
+        self._waited0 = not_agent_seconds()
         self._seed = 0
         self._last_text = ""
         self._log = _TokenLog()
@@ -219,7 +231,7 @@ class ToolCallingHarness(Agent):
         assert self._model is not None, "act() before start()"
         self._observe(observation)
         lim = self.limits
-        elapsed = time.monotonic() - self._t0
+        elapsed = self._elapsed()
         if self._turn >= lim.max_turns:
             return self._stop(f"max_turns ({lim.max_turns})")
         if self._tokens >= lim.max_tokens:
@@ -233,6 +245,7 @@ class ToolCallingHarness(Agent):
         seed = None
         if self._model.sampling.seed is None and s.seed_from_episode:
             seed = (self._seed + self._turn) & 0x7FFFFFFF
+        waited = not_agent_seconds()
         reply = await self._model.chat(
             self._messages,
             tools=self._tools if native else None,
@@ -242,10 +255,18 @@ class ToolCallingHarness(Agent):
             max_tokens=min(per_turn, left) if per_turn else left,
             seed=seed,
         )
+        waited = not_agent_seconds() - waited
         self._turn += 1
         self._tokens += reply.usage.get("completion_tokens") or len(reply.completion_ids or [])
         self._log.add(self._turn, reply)
-        return self._action(reply, native)
+        action = self._action(reply, native)
+        if waited > 0:
+            action.info["waited_s"] = round(waited, 4)  # queue and backoff, not on the clock
+        return action
+
+    def _elapsed(self) -> float:
+        """Seconds of this episode on the agent's clock (waits for shared resources excluded)."""
+        return time.monotonic() - self._t0 - (not_agent_seconds() - self._waited0)
 
     def _action(self, reply: ModelReply, native: bool) -> Action:
         calls: list[ToolCall]

@@ -18,7 +18,7 @@ from envlab.agents.harness import (
     HarnessSettings,
     ToolCallingHarness,
 )
-from envlab.core import ConfigError
+from envlab.core import ConfigError, not_agent_time
 from envlab.models.client import OpenAICompatModel, RetryPolicy, Sampling
 
 SMOLLM2_NAME = "smollm2"
@@ -29,7 +29,8 @@ class EmbeddedApp:
     """The ``serve-model`` ASGI app for the embedded model, loaded on the first request.
 
     One per process and settings (``shared``): every episode's client talks to it, and the
-    engine's lock makes concurrent episodes take turns at the model.
+    engine's queue makes concurrent episodes take turns at the model; neither loading the
+    weights nor waiting in that queue is on an episode's clock (``core.clock``).
     """
 
     _instances: ClassVar[dict[tuple[int, int | None], EmbeddedApp]] = {}
@@ -65,7 +66,10 @@ class EmbeddedApp:
             return self._app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        app = self._app or await asyncio.to_thread(self.load)
+        app = self._app
+        if app is None:
+            async with not_agent_time("model load"):  # the first request loads the weights
+                app = await asyncio.to_thread(self.load)
         await app(scope, receive, send)
 
 

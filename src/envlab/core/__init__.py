@@ -1,6 +1,14 @@
 """The contract every other layer builds on. Imports nothing else from envlab."""
 
 from envlab.core.agent import Agent, EpisodeContext
+from envlab.core.clock import (
+    AgentClock,
+    credit_not_agent_time,
+    install_agent_clock,
+    not_agent_seconds,
+    not_agent_time,
+    reset_agent_clock,
+)
 from envlab.core.environment import Environment
 from envlab.core.errors import (
     ConfigError,
@@ -28,6 +36,7 @@ from envlab.core.types import Action, Observation, StepResult, Task, TaskSet, To
 __all__ = [
     "Action",
     "Agent",
+    "AgentClock",
     "AgentSpec",
     "Component",
     "ConfigError",
@@ -55,6 +64,11 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "Trajectory",
+    "credit_not_agent_time",
+    "install_agent_clock",
+    "not_agent_seconds",
+    "not_agent_time",
+    "reset_agent_clock",
     "tool",
     "tool_spec",
     "validate_reward",

@@ -81,6 +81,7 @@ class Timings:
     agent_s: float = 0.0
     env_s: float = 0.0
     grade_s: float = 0.0
+    waited_s: float = 0.0
 
 
 class EpisodeRecord(NamedTuple):

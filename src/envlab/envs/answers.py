@@ -9,6 +9,7 @@ contains it (``5`` for ``(5 + 3) - 3``).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable
@@ -21,14 +22,12 @@ _MARKER_RE = re.compile(
     r"(?:####|final answer|answer\s*(?:is|:|=)|result\s*(?:is|:|=)|=)\s*[:=]?", re.IGNORECASE
 )
 
-# Tokens for finding echoes: numbers (a minus touching the digits and not following an operand
-# is the number's sign), words, and arithmetic symbols; other punctuation and spaces are ignored.
+# Tokens for finding echoes: numbers, words and arithmetic symbols; other punctuation and spaces
+# are ignored. A minus touching the digits and not following an operand is the number's sign.
 _TOKEN_RE = re.compile(
-    r"(?P<num>(?:(?:(?<![\s\S])|(?<=[\s(\[{=:]))[-−])?"
-    r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)"
-    r"|(?P<word>[^\W\d_]+)"
-    r"|(?P<op>[-−+*/×÷^=()%$])"
+    r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+|[^\W\d_]+|[-−+*/×÷^=()%$]"
 )
+_SIGN_AFTER = frozenset(" \t\n([{=:")
 _OPS = str.maketrans({"−": "-", "×": "*", "÷": "/"})
 ECHO_TOKENS = 2
 """A run of this many tokens or more, with a number among them, copied from the prompt is an
@@ -46,20 +45,40 @@ def to_number(token: str) -> float | None:
         return None
 
 
-def _tokens(text: str) -> list[tuple[tuple[str, object], int, int, bool]]:
-    """``(key, start, end, is_number)`` for each token; numbers are keyed by value."""
-    out: list[tuple[tuple[str, object], int, int, bool]] = []
+Token = tuple[tuple[str, object], int, int, bool]
+"""``(key, start, end, is_number)``: numbers are keyed by value, words without case."""
+
+
+def _tokens(text: str) -> list[Token]:
+    out: list[Token] = []
     for m in _TOKEN_RE.finditer(text):
-        kind = m.lastgroup or ""
-        raw = m.group()
-        if kind == "num":
-            value: object = to_number(raw)
-        elif kind == "word":
-            value = raw.lower()
+        raw, start, end = m.group(), m.start(), m.end()
+        first = raw[0]
+        if first.isdigit() or first == ".":
+            if out and out[-1][0][1] == "-" and out[-1][2] == start:
+                sign_at = out[-1][1]
+                if sign_at == 0 or text[sign_at - 1] in _SIGN_AFTER:
+                    out.pop()
+                    raw, start = "-" + raw, sign_at
+            out.append((("n", to_number(raw)), start, end, True))
+        elif first.isalpha():
+            out.append((("w", raw.lower()), start, end, False))
         else:
-            value = raw.translate(_OPS)
-        out.append(((kind, value), m.start(), m.end(), kind == "num"))
+            out.append((("o", raw.translate(_OPS)), start, end, False))
     return out
+
+
+def _grams(source: str, n: int) -> frozenset[tuple[tuple[str, object], ...]]:
+    """The ``n``-token runs of ``source`` (cached: every sample of a task has the same prompt)."""
+    return _cached_grams(source, n) if len(source) <= 65536 else _grams_of(source, n)
+
+
+def _grams_of(source: str, n: int) -> frozenset[tuple[tuple[str, object], ...]]:
+    keys = [t[0] for t in _tokens(source)]
+    return frozenset(tuple(keys[i : i + n]) for i in range(len(keys) - n + 1))
+
+
+_cached_grams = functools.lru_cache(maxsize=4096)(_grams_of)
 
 
 def mask_echoes(text: str, sources: Iterable[str], n: int = ECHO_TOKENS) -> str:
@@ -68,12 +87,10 @@ def mask_echoes(text: str, sources: Iterable[str], n: int = ECHO_TOKENS) -> str:
     A span is copied when ``n`` or more consecutive tokens of ``text`` (numbers compared by
     value, words without case, whitespace and punctuation ignored) occur in that order in a
     source."""
-    grams: set[tuple[tuple[str, object], ...]] = set()
-    for source in sources:
-        keys = [t[0] for t in _tokens(source)]
-        grams.update(tuple(keys[i : i + n]) for i in range(len(keys) - n + 1))
-    if not grams:
+    all_grams = [g for g in (_grams(source, n) for source in sources) if g]
+    if not all_grams:
         return text
+    grams = all_grams[0] if len(all_grams) == 1 else frozenset().union(*all_grams)
     toks = _tokens(text)
     copied = [False] * len(toks)
     for i in range(len(toks) - n + 1):

@@ -10,6 +10,10 @@ Failures are split by whose fault they are:
 - a request the server refuses (other 4xx: a bad key, an unknown model, a prompt too long)
   raises ``ModelRequestError``: the agent's failure (``agent_error``);
 - whatever the model writes, however wrong, is returned as it is: the harness decides.
+
+Time lost to the endpoint's failures is not the agent's (``core.clock``): the backoff between
+tries is ``not_agent_time``, and the time of a try that failed and is retried is credited back,
+so a rate-limited or flaky endpoint never runs an episode out of its step or episode limit.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from envlab.core import EnvlabError, InfraError
+from envlab.core import EnvlabError, InfraError, credit_not_agent_time, not_agent_time
 from envlab.models.wire import ChatResponse, WireToolCall
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
@@ -248,10 +252,12 @@ class OpenAICompatModel:
         while True:
             attempt += 1
             retry_after: float | None = None
+            tried: float | None = time.perf_counter()
             try:
                 resp = await client.post(self.url, json=body, timeout=timeout)
             except httpx.TimeoutException as e:
                 history.append(f"timed out ({type(e).__name__}, limit {timeout.read}s)")
+                tried = None  # a model too slow to answer may be the agent's own slowness
             except httpx.TransportError as e:
                 history.append(f"{type(e).__name__}: {e or 'connection failed'}")
             else:
@@ -286,7 +292,12 @@ class OpenAICompatModel:
                     + ". Check that the server is up and reachable (envlab serve-model for the "
                     "built-in one), or raise the agent's max_retries/timeout_s."
                 )
-            await asyncio.sleep(self.retry.delay(attempt, retry_after, self._rng))
+            # a refused or broken try and the wait before the next are the endpoint's time
+            if tried is not None:
+                credit_not_agent_time(time.perf_counter() - tried, "failed model request")
+            delay = self.retry.delay(attempt, retry_after, self._rng)
+            async with not_agent_time(f"model retry backoff {delay:.3g}s after {history[-1][:80]}"):
+                await asyncio.sleep(delay)
 
     def _parse(self, resp: httpx.Response, history: list[str]) -> ModelReply | None:
         try:

@@ -1,10 +1,13 @@
 """A local GGUF model run by llama.cpp (``llama-cpp-python``), answering chat requests.
 
 One ``LlamaCppEngine`` holds one model in memory; llama.cpp contexts are not thread-safe, so
-requests take turns under a lock. It renders the request with the model's own chat template plus
-Hermes tools (``prompt``), samples token by token, and returns an OpenAI chat completion with the
-prompt and completion token ids and the logprob of every generated token (the log-softmax of the
-model's logits, before temperature and top-p: what vLLM reports by default).
+requests take turns under a lock (the server queues them before that, in ``models.turns``, so
+that the wait is not on an agent's clock). It renders the request with the model's own chat
+template plus Hermes tools (``prompt``), samples token by token, and returns an OpenAI chat
+completion with the prompt and completion token ids and the logprob of every generated token
+(the log-softmax of the model's logits, before temperature and top-p: what vLLM reports by
+default). ``active`` is the generation in progress and ``recent`` the last ones, each with why
+it ended: what tests and diagnostics read instead of timing.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import random
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +51,8 @@ class Generation:
     top: list[list[tuple[int, float]]] = field(default_factory=list)
     text: str = ""
     finish_reason: str = "length"
+    """``stop`` (end of turn or a stop string), ``length`` (max_tokens), ``cancelled``."""
+    max_tokens: int = 0
 
 
 def _threads() -> int:
@@ -99,6 +105,8 @@ class LlamaCppEngine:
                 self._eog.add(ids[0])
         self._lock = threading.Lock()
         self._weights_hash: str | None = None
+        self.active: Generation | None = None
+        self.recent: deque[Generation] = deque(maxlen=32)
 
     @property
     def weights_hash(self) -> str:
@@ -143,6 +151,7 @@ class LlamaCppEngine:
                 stop_after_tool_call=one_call,
                 top_k=top_k,
                 cancel=cancel,
+                ignore_eos=request.ignore_eos,
             )
         return self._response(request, rendered.prefill, prompt_ids, gen, tools)
 
@@ -158,13 +167,46 @@ class LlamaCppEngine:
         stop_after_tool_call: bool,
         top_k: int,
         cancel: threading.Event | None,
+        ignore_eos: bool = False,
     ) -> Generation:
+        gen = self.active = Generation(max_tokens=max_tokens)
+        try:
+            self._sample(
+                gen,
+                prompt_ids,
+                temperature=temperature,
+                top_p=top_p,
+                seed=seed,
+                stops=stops,
+                stop_after_tool_call=stop_after_tool_call,
+                top_k=top_k,
+                cancel=cancel,
+                ignore_eos=ignore_eos,
+            )
+        finally:
+            self.active = None
+            self.recent.append(gen)
+        return gen
+
+    def _sample(
+        self,
+        gen: Generation,
+        prompt_ids: list[int],
+        *,
+        temperature: float,
+        top_p: float,
+        seed: int | None,
+        stops: list[str],
+        stop_after_tool_call: bool,
+        top_k: int,
+        cancel: threading.Event | None,
+        ignore_eos: bool,
+    ) -> None:
         import llama_cpp
         import numpy as np
 
         llm = self._llm
         llm.set_seed(seed if seed is not None else random.getrandbits(31))
-        gen = Generation()
         text = bytearray()
         ctx = llm._ctx.ctx
         for token in llm.generate(
@@ -186,7 +228,7 @@ class LlamaCppEngine:
                 best = np.argpartition(-logits, top_k)[:top_k]
                 best = best[np.argsort(-logits[best])]
                 gen.top.append([(int(t), float(logits[t] - log_z)) for t in best])
-            if token in self._eog:
+            if token in self._eog and not ignore_eos:
                 gen.finish_reason = "stop"
                 break
             text += self.piece(token)
@@ -202,10 +244,9 @@ class LlamaCppEngine:
             if cancel is not None and cancel.is_set():
                 gen.finish_reason = "cancelled"
                 break
-            if len(gen.ids) >= max_tokens:
+            if len(gen.ids) >= gen.max_tokens:
                 break
         gen.text = text.decode("utf-8", errors="replace")
-        return gen
 
     def _token_logprob(
         self, token: int, logprob: float, top: list[tuple[int, float]]

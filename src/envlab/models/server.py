@@ -4,6 +4,10 @@ Routes: ``GET /v1/models``, ``POST /v1/chat/completions`` (tools, ``tool_choice`
 ``logprobs``; no streaming), ``GET /health``. Every route is stateless: a request carries the
 whole conversation. Responses add the token ids (``prompt_token_ids``, ``choices[0].token_ids``).
 
+Requests take turns at the engine (``Turnstile``, first come first served); the wait for a turn
+is not the agent's time (``core.clock.not_agent_time("model queue")``): an in-process agent's
+step and episode limits stop while it queues behind other episodes.
+
 FastAPI is imported here, so import this module only to serve. The in-process agent
 (``--agent smollm2``) talks to the same app through ``httpx.ASGITransport``
 with the same client as for a remote server, so local and remote models share one code path.
@@ -16,6 +20,7 @@ import contextlib
 import socket
 import threading
 import time
+import weakref
 from typing import Any, Protocol
 
 import anyio.to_thread
@@ -23,7 +28,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from envlab.core import ConfigError
+from envlab.core import ConfigError, not_agent_time
+from envlab.models.turns import Turn, Turnstile
 from envlab.models.wire import (
     ChatRequest,
     ChatResponse,
@@ -45,6 +51,35 @@ class ChatEngine(Protocol):
         ...
 
 
+_turnstiles: weakref.WeakKeyDictionary[Any, Turnstile] = weakref.WeakKeyDictionary()
+_turnstiles_lock = threading.Lock()
+
+
+def engine_turnstile(engine: ChatEngine) -> Turnstile:
+    """The one queue of ``engine``, shared by every app that serves it in this process."""
+    with _turnstiles_lock:
+        turns = _turnstiles.get(engine)
+        if turns is None:
+            turns = _turnstiles[engine] = Turnstile()
+        return turns
+
+
+class _Abandoned(Exception):
+    """The request gave up before a worker thread took its turn."""
+
+
+def _serve(
+    engine: ChatEngine, body: ChatRequest, cancel: threading.Event, turn: Turn
+) -> ChatResponse:
+    """In the worker thread: generate, then hand the engine to the next request."""
+    if not turn.claim():
+        raise _Abandoned
+    try:
+        return engine.chat(body, cancel)
+    finally:
+        turn.finish()
+
+
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
     body = ErrorResponse(error=ErrorBody(message=message, type=kind, code=str(status)))
     return JSONResponse(body.model_dump(), status_code=status)
@@ -61,6 +96,7 @@ def create_app(engine: ChatEngine, *, served_name: str) -> FastAPI:
     """The app serving ``engine`` under the model name ``served_name``."""
     app = FastAPI(title="envlab serve-model", docs_url=None, redoc_url=None)
     started = int(time.time())
+    turns = engine_turnstile(engine)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Any:
@@ -92,9 +128,12 @@ def create_app(engine: ChatEngine, *, served_name: str) -> FastAPI:
             )
         cancel = threading.Event()
         watcher = asyncio.create_task(_watch_disconnect(request, cancel))
+        turn: Turn | None = None
         try:
+            async with not_agent_time("model queue"):
+                turn = await turns.acquire()
             reply = await anyio.to_thread.run_sync(
-                engine.chat, body, cancel, abandon_on_cancel=True
+                _serve, engine, body, cancel, turn, abandon_on_cancel=True
             )
         except ConfigError as e:
             return _error(400, str(e))
@@ -103,6 +142,8 @@ def create_app(engine: ChatEngine, *, served_name: str) -> FastAPI:
             raise
         finally:
             watcher.cancel()
+            if turn is not None:
+                turn.abandon()  # passes the turn on only if no worker took it
         reply.model = served_name
         return reply.model_dump(mode="json")
 

@@ -68,6 +68,9 @@ class ChatRequest(BaseModel):
     top_logprobs: int | None = None
     n: int = 1
     stream: bool = False
+    ignore_eos: bool = False
+    """vLLM's extension: go on past the end-of-turn token, up to ``max_tokens`` (benchmarks,
+    tests of the engine's limits)."""
 
 
 class TopLogprob(_Lenient):
