@@ -99,6 +99,7 @@ MODULE = {"fix-bug-pytest": "intervals.py", "textstats-pytest": "textstats.py"}
         ("atexit_exit0", "fix-bug-pytest"),
         ("atexit_forge_junit", "textstats-pytest"),
         ("patch_runtest", "fix-bug-pytest"),
+        ("patch_runtest", "textstats-pytest"),
         ("forge_session_finish", "fix-bug-pytest"),
         ("erase_session_start", "fix-bug-pytest"),
         ("extra_reward_txt", "textstats-pytest"),

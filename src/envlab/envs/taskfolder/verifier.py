@@ -34,7 +34,7 @@ from envlab.envs.taskfolder.model import TaskFolder
 from envlab.envs.taskfolder.reward_file import read_reward_files
 from envlab.sandbox import BubblewrapSandbox, ExecResult, Limits, Mount
 from envlab.sandbox.layout import host_layout
-from envlab.sandbox.workspace import copy_tree, state_dir
+from envlab.sandbox.workspace import state_dir
 
 LOGS = "/logs/verifier"
 
@@ -92,16 +92,13 @@ async def run_verifier(
     ``GraderFailed`` when the grade is not valid, ``InfraError`` when the machinery failed.
     The workspace itself is left as the agent left it: grading again sees the same state."""
     timeout = task.config.verifier.timeout_sec
-    root = Path(tempfile.mkdtemp(prefix="verify-", dir=state_dir()))
+    logs = Path(tempfile.mkdtemp(prefix="verify-logs-", dir=state_dir()))
     try:
-        app, logs = root / "app", root / "logs"
-        try:
-            await asyncio.to_thread(copy_tree, workspace, app)
-            logs.mkdir()
-        except OSError as e:
-            raise InfraError(f"could not set up the verifier's view of the workspace: {e}") from e
+        # no copy: /app is an overlay on the frozen workspace, the verifier's writes go to a
+        # bounded layer of its own and vanish with it (grading again sees the same state)
         box = BubblewrapSandbox(
-            app_dir=app,
+            app_dir=workspace,
+            app_overlay=True,
             mounts=[
                 Mount(task.tests_dir, "/tests"),
                 Mount(logs, LOGS, writable=True),
@@ -114,16 +111,18 @@ async def run_verifier(
             name=f"verifier-{task.name}",
         )
         try:
-            await asyncio.to_thread(box.prepare)
+            try:
+                await asyncio.to_thread(box.prepare)
+            except OSError as e:  # the host, not the agent: out of space, a dead mount
+                raise InfraError(f"could not set up the verifier's sandbox: {e}") from e
             python = host_layout(state_dir()).python_bin
-            res = await box.exec(
-                [python, "-I", "-S", f"{kit.LIB}/verifier_run.py"], timeout=timeout
-            )
+            argv = [python, "-I", "-S", f"{kit.LIB}/verifier_run.py"]
+            res = await box.exec(argv, timeout=timeout)
         finally:
             await box.close()
         return judge(res, logs, timeout)
     finally:
-        await asyncio.to_thread(shutil.rmtree, root, True)
+        await asyncio.to_thread(shutil.rmtree, logs, True)
 
 
 def _end_report(res: ExecResult) -> dict[str, Any] | None:
