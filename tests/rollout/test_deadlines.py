@@ -202,6 +202,10 @@ async def test_waits_are_bounded_by_wait_timeout_as_infra_error() -> None:
     t = await one(Stuck(), step_timeout=STEP, wait_timeout=STEP)
     assert t.status is Status.INFRA_ERROR and not t.scored
     assert "wait_timeout=0.5s" in (t.error or "") and "model queue" in (t.error or "")
+    # bounded and recorded even when the agent has no time limits at all
+    t = await one(Stuck(), step_timeout=None, episode_timeout=None, wait_timeout=STEP)
+    assert t.status is Status.INFRA_ERROR and "wait_timeout=0.5s" in (t.error or "")
+    assert t.timings.waited_s > 0.0
 
 
 async def test_waits_do_not_stretch_the_reset_limit() -> None:
@@ -244,6 +248,7 @@ async def test_deadlines_clock_offsets_the_cap() -> None:
     me = asyncio.current_task()
     assert me is not None
     clock = dl.agent_clock(me, wait_limit=None)
+    clock.start()
     try:
         cap = dl.set(me, 30.0, "episode", pausable=True)
         assert cap is not None

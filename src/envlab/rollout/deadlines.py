@@ -83,7 +83,8 @@ class Deadlines:
             self._watchdog = task.get_loop().create_task(self._watch())
 
     def agent_clock(self, task: asyncio.Task[Any], *, wait_limit: float | None) -> EpisodeClock:
-        """The clock of ``task``'s pausable deadlines; ``close()`` it when the episode ends."""
+        """The clock of ``task``'s pausable deadlines: ``start()`` it when the agent's time
+        begins, ``close()`` it when the agent's time ends."""
         clock = self._clocks[task] = EpisodeClock(self, task, wait_limit)
         return clock
 
@@ -143,6 +144,7 @@ class EpisodeClock:
         "_wait",
         "depth",
         "parked",
+        "running",
         "since",
         "wait_limit",
         "waited_s",
@@ -162,6 +164,7 @@ class EpisodeClock:
         """The pausable deadline while paused (moved later by the pause when it ends)."""
         self._wait: _Entry | None = None
         self.why = ""
+        self.running = False
         self._closed = False
 
     def _elsewhere(self, method: Any, *args: Any) -> bool:
@@ -171,24 +174,29 @@ class EpisodeClock:
             self._loop.call_soon_threadsafe(method, *args)
         return True
 
+    def start(self) -> None:
+        """The agent's time begins (after reset): from now on waits are taken off its clock."""
+        self.running = True
+
     def pause(self, why: str) -> None:
         if self._closed or self._elsewhere(self.pause, why):
             return
         self.depth += 1
-        if self.depth > 1:
+        if self.depth > 1 or not self.running:
             return
         dl, task = self._dl, self._task
         entry = dl._deadlines.get(task)
-        if entry is None or not entry[2]:  # no agent limit running (reset, grade): nothing to stop
+        if entry is not None and not entry[2]:  # a limit of the machinery's runs: leave it
             return
         now = time.monotonic()
         self.since, self.parked, self.why = now, entry, why
         if self.wait_limit is None:
             self._wait = None
-            del dl._deadlines[task]
+            dl._deadlines.pop(task, None)
         else:
             left = max(self.wait_limit - self.waited_s, 0.0)
             self._wait = dl._deadlines[task] = (now + left, WAIT + why, False)
+            dl._arm(task)
 
     def resume(self) -> None:
         if self._closed or self._elsewhere(self.resume):
@@ -199,30 +207,29 @@ class EpisodeClock:
         paused = time.monotonic() - self.since
         self.since = None
         self.waited_s += paused
-        parked, self.parked = self.parked, None
+        parked, wait = self.parked, self._wait
+        self.parked = self._wait = None
         dl, task = self._dl, self._task
-        current = dl._deadlines.get(task)
-        if parked is None or task in dl._fired:
-            self._wait = None
-            return
-        if current is self._wait:  # the limit on waiting is ours to take back
+        if task in dl._fired or dl._deadlines.get(task) is not wait:
+            return  # fired, or set or cleared while paused: nothing of ours to take back
+        if parked is None:
+            dl._deadlines.pop(task, None)
+        else:  # the agent's deadline again, later by the pause
             dl._deadlines[task] = (parked[0] + paused, parked[1], True)
             dl._arm(task)
-        self._wait = None
 
     def credit(self, seconds: float, why: str) -> None:
         if self._closed or self._elsewhere(self.credit, seconds, why):
             return
-        if self.since is not None:  # already paused: the time is not counted anyway
+        if not self.running or self.since is not None:  # paused already counts it
             return
         self.waited_s += seconds
         dl, task = self._dl, self._task
         entry = dl._deadlines.get(task)
-        if entry is None or not entry[2]:
-            return
         if self.wait_limit is not None and self.waited_s > self.wait_limit:
             dl._deadlines[task] = (0.0, WAIT + why, False)  # fires at the next tick
-        else:
+            dl._arm(task)
+        elif entry is not None and entry[2]:
             dl._deadlines[task] = (entry[0] + seconds, entry[1], True)
 
     def close(self) -> None:

@@ -195,6 +195,7 @@ async def _attempt(
         tm = clock()
         env_s += tm - ts
         # the agent's time starts now: building the workspace is not the agent's time
+        agent_clock.start()
         episode_deadline = dl.set(me, cfg.episode_timeout, _EPISODE, pausable=True)
         phase, stage = "agent", "start"
         await agent.start(ctx)
