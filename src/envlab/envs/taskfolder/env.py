@@ -174,9 +174,10 @@ class TerminalEnv(ToolEnv):
     @staticmethod
     def limits(folder: TaskFolder) -> Limits:
         cfg = folder.config.environment
+        # storage_mb bounds the whole workspace (a filesystem of its own), not one file
         return Limits(
             memory_bytes=(cfg.memory_mb or 4096) << 20,
-            **({"max_file_bytes": cfg.storage_mb << 20} if cfg.storage_mb else {}),
+            **({"storage_bytes": cfg.storage_mb << 20} if cfg.storage_mb else {}),
         )
 
     def _sandbox(self) -> BubblewrapSandbox:

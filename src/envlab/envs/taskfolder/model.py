@@ -182,6 +182,8 @@ class EnvironmentSection(_Baseline):
     @field_validator("storage_mb")
     @classmethod
     def _storage_fits_the_disk(cls, v: int | None) -> int | None:
+        if v is not None and v < 8:
+            raise ValueError(f"{v} MB is too small for a workspace; give at least 8")
         if v is not None and v > MAX_STORAGE_MB:
             raise ValueError(
                 f"{v} MB is more than 1 TiB ({MAX_STORAGE_MB} MB); no workspace needs it"
