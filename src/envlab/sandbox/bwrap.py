@@ -442,7 +442,10 @@ class BubblewrapSandbox(Sandbox):
             return
         # an adopted workspace (the verifier's view of the agent's) is outside the storage:
         # not ours to delete
-        if storage.kind != "dir" or sum(len(os.listdir(p)) for p in storage.fs.iterdir()) < 32:
-            storage.remove()
-        else:
+        # unmounting ext4 writes its metadata back: off the event loop, as a large rmtree
+        if storage.kind == "ext4" or (
+            storage.kind == "dir" and sum(len(os.listdir(p)) for p in storage.fs.iterdir()) >= 32
+        ):
             await asyncio.to_thread(storage.remove)
+        else:
+            storage.remove()
