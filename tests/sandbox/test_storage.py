@@ -159,9 +159,21 @@ async def test_a_template_larger_than_the_storage_is_refused(tmp_path: Path) -> 
         await BubblewrapSandbox.create(tmp_path, limits=BOUNDED)
 
 
+def test_without_a_filesystem_of_its_own_each_file_is_bounded_by_the_storage(tmp_path) -> None:
+    """The fallback without root: RLIMIT_FSIZE is the smaller of the two limits."""
+    from envlab.sandbox.storage import Storage
+
+    unbounded = Storage(tmp_path, "dir")
+    assert unbounded.rlimit_fsize(BOUNDED.model_copy(update={"max_file_bytes": GiB})) == LIMIT
+    assert unbounded.rlimit_fsize(Limits(max_file_bytes=MiB << 4)) == MiB << 4
+    assert Storage(tmp_path, "ext4").rlimit_fsize(BOUNDED) == BOUNDED.max_file_bytes
+
+
 def test_limits_bound_storage_sensibly() -> None:
     with pytest.raises(ValueError):
         Limits(storage_bytes=1024)  # below any filesystem
     with pytest.raises(ValueError):
         Limits(storage_bytes=1 << 60)  # absurd: refused, not a crash at the first command
     assert Limits(storage_bytes=LIMIT, max_inodes=1000).max_inodes == 1000
+    with pytest.raises(ValueError, match="set storage_bytes too"):
+        Limits(max_inodes=1000)

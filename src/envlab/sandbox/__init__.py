@@ -4,7 +4,8 @@
         result = await box.exec("ls -la", timeout=10)
 
 Backends: ``bwrap`` (bubblewrap, the default on Linux) and ``local`` (no isolation, debugging
-only, warns loudly).
+only, warns loudly). docs/sandbox.md describes the isolation, the limits (``storage_bytes``: a
+filesystem per sandbox), the seccomp filter, the verifier's overlay and ``envlab gc``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from envlab.sandbox.base import (
 from envlab.sandbox.bwrap import BubblewrapSandbox
 from envlab.sandbox.limits import GiB, Limits, MiB
 from envlab.sandbox.local import LocalSandbox
+from envlab.sandbox.workspace import copy_tree, scrub_tree
 
 BACKENDS: dict[str, type[Sandbox]] = {"bwrap": BubblewrapSandbox, "local": LocalSandbox}
 
@@ -53,5 +55,7 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "SandboxFileError",
+    "copy_tree",
     "create_sandbox",
+    "scrub_tree",
 ]

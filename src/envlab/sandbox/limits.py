@@ -10,7 +10,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from envlab.core.errors import ConfigError
 
@@ -58,6 +58,14 @@ class Limits(BaseModel):
     """Total memory of the sandbox (a cgroup); ``None`` for no total limit."""
     cgroups: Literal["auto", "off", "required"] = "auto"
     """``auto``: use a cgroup for ``memory_bytes`` when the host lets us, else warn once."""
+
+    @model_validator(mode="after")
+    def _inodes_need_storage(self) -> Limits:
+        if self.max_inodes is not None and self.storage_bytes is None:
+            raise ValueError(
+                "max_inodes bounds the sandbox's own filesystem: set storage_bytes too"
+            )
+        return self
 
     def rlimits(self) -> dict[str, int]:
         """prlimit(1) option names and values."""
