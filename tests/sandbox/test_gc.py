@@ -23,15 +23,18 @@ pytestmark = [requires_bwrap, requires_root]
 
 HOLD = """
 import asyncio, json, sys
-from envlab.sandbox import BubblewrapSandbox, Limits, MiB
+from envlab.sandbox import BubblewrapSandbox, Limits, MiB, scratch_dir
 
 async def main():
     limits = Limits(storage_bytes=32 * MiB, memory_bytes=256 * MiB, timeout_s=600)
     box = await BubblewrapSandbox.create(limits=limits, name="held")
     await box.exec("head -c 4000000 /dev/urandom > /app/work.bin")
     cg = str(box._cgroup.path) if box._cgroup else None
+    scratch = scratch_dir("verify-")
+    (scratch / "tests").mkdir()
     print(json.dumps({"root": str(box.storage.root), "fs": str(box.storage.fs), "cgroup": cg,
-                      "kind": box.storage_kind, "uid": box.uid}), flush=True)
+                      "kind": box.storage_kind, "uid": box.uid, "scratch": str(scratch)}),
+          flush=True)
     await box.exec("sleep 600")
 
 asyncio.run(main())
@@ -98,6 +101,7 @@ def test_gc_removes_everything_of_a_killed_process(env: dict[str, str]) -> None:
     assert kinds >= {"mount", "workspace", "owner"} and ("cgroup" in kinds) == bool(cgroup)
     assert sum(r.bytes for r in removed) > 0
     assert not root.parent.exists() and fs not in mounts()
+    assert not Path(info["scratch"]).exists(), "the process's scratch directories go too"
     assert not (lock_root() / "owners" / f"{oid}.lock").exists()
     if cgroup:
         assert not Path(cgroup).exists()

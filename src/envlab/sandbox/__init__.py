@@ -25,6 +25,7 @@ from envlab.sandbox.base import (
 from envlab.sandbox.bwrap import BubblewrapSandbox
 from envlab.sandbox.limits import GiB, Limits, MiB
 from envlab.sandbox.local import LocalSandbox
+from envlab.sandbox.owner import scratch_dir
 from envlab.sandbox.workspace import copy_tree, scrub_tree
 
 BACKENDS: dict[str, type[Sandbox]] = {"bwrap": BubblewrapSandbox, "local": LocalSandbox}
@@ -57,5 +58,6 @@ __all__ = [
     "SandboxFileError",
     "copy_tree",
     "create_sandbox",
+    "scratch_dir",
     "scrub_tree",
 ]

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import secrets
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -58,6 +59,13 @@ class Owner:
         if not d.is_dir():
             d.mkdir(mode=0o700, exist_ok=True)
         return d
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A new private directory (0700) for this process's temporary host files (a copy of a
+    task's tests, the verifier's logs): below this process's owner directory, so that
+    ``envlab gc`` removes it if the process dies before it does."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=current_owner().boxes()))
 
 
 def current_owner() -> Owner:
