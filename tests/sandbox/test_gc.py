@@ -156,3 +156,21 @@ def test_gc_command_prints_json_and_a_table(env: dict[str, str]) -> None:
     assert {r["kind"] for r in rows} >= {"mount", "workspace", "owner"}
     assert set(rows[0]) == {"kind", "path", "owner", "bytes", "detail"}
     assert not Path(info["root"]).exists()
+
+
+def test_two_collections_at_once_remove_everything_once(env: dict[str, str]) -> None:
+    """A second gc must not take a dead owner being collected for a live one."""
+    info = hold_and_kill(env)
+    oid = Path(info["root"]).parent.name
+    cli = [sys.executable, "-m", "envlab.cli.main", "gc", "--json"]
+    procs = [subprocess.Popen(cli, env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    rows = []
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        rows += [r for r in json.loads(out) if r["owner"] == oid]
+    assert sorted(r["kind"] for r in rows if r["kind"] in ("workspace", "owner")) == [
+        "owner",
+        "workspace",
+    ]
+    assert not Path(info["root"]).exists() and info["fs"] not in mounts()

@@ -24,23 +24,34 @@ from typing import Any, ClassVar
 
 from envlab.core.errors import ConfigError
 from envlab.sandbox.base import Command, ExecResult, Mount, Sandbox, SandboxError
+from envlab.sandbox.bwrap_args import APP, mount_args, static_args
 from envlab.sandbox.gate import StartGate, pidns, seccomp_fd
-from envlab.sandbox.gc import sweep_once
+from envlab.sandbox.gc import sweep_once, swept
 from envlab.sandbox.layout import bwrap_binary, host_layout
-from envlab.sandbox.limits import Cgroup, GiB, Limits, MiB
-from envlab.sandbox.owner import current_owner
-from envlab.sandbox.process import run_process
+from envlab.sandbox.limits import Cgroup, GiB, Limits
+from envlab.sandbox.owner import Owner, current_owner
+from envlab.sandbox.process import RawResult, run_process
 from envlab.sandbox.storage import Storage
 from envlab.sandbox.uids import kill_uid, lease_uid
 from envlab.sandbox.workspace import chown_tree, copy_tree, state_dir
 
 log = logging.getLogger(__name__)
 
-APP = "/app"
-SHM_BYTES = 64 * MiB
-"""``/dev/shm`` of one command (Docker's default size); its pages count as the sandbox's memory."""
 OVERLAY_STORAGE_BYTES = 4 * GiB
 """The bound of an overlay's writes when the limits set no ``storage_bytes``."""
+
+
+def base_env(path: str) -> dict[str, str]:
+    """What every command's environment starts from."""
+    return {
+        "PATH": path,
+        "HOME": APP,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TMPDIR": "/tmp",
+        "TERM": "dumb",
+        "USER": "agent",
+    }
 
 
 class BubblewrapSandbox(Sandbox):
@@ -100,32 +111,35 @@ class BubblewrapSandbox(Sandbox):
         self._cgroup: Cgroup | None = None
         self.storage: Storage | None = None
         try:
-            self.storage = Storage.create(owner.boxes() / self.name, self.limits)
-            (self._tmp,) = self.storage.make("tmp")
-            if app_overlay:
-                self._upper, self._work = self.storage.make("upper", "work")
-                self._upper.chmod(Path(app_dir).stat().st_mode & 0o7777)  # type: ignore[arg-type]
-            self._app = Path(app_dir) if app_dir is not None else self.storage.make("app")[0]
-            if not self._adopted:
-                self._app.chmod(0o755)
-            self._cgroup = Cgroup.create(f"{owner.id}.{self.name}", self.limits)
+            self._make_storage(owner, app_dir)
         except BaseException:
             self._lease.release()
             if self.storage is not None:
                 self.storage.remove()
             raise
-        self.env = {
-            "PATH": self._layout.path,
-            "HOME": APP,
-            "LANG": "C.UTF-8",
-            "LC_ALL": "C.UTF-8",
-            "TMPDIR": "/tmp",
-            "TERM": "dumb",
-            "USER": "agent",
-            **(env or {}),
-        }
+        self.env = {**base_env(self._layout.path), **(env or {})}
         self._mounts = list(mounts)
-        self._prefix = self._static_args()
+        self._prefix = static_args(
+            self._layout,
+            app=self._app,
+            tmp=self._tmp,
+            overlay=(self._upper, self._work) if app_overlay else None,
+            network=network,
+            rootless=self._rootless,
+            mounts=self._mounts,
+        )
+
+    def _make_storage(self, owner: Owner, app_dir: Path | None) -> None:
+        self.storage = Storage.create(owner.boxes() / self.name, self.limits)
+        (self._tmp,) = self.storage.make("tmp")
+        if self._overlay:
+            assert app_dir is not None
+            self._upper, self._work = self.storage.make("upper", "work")
+            self._upper.chmod(Path(app_dir).stat().st_mode & 0o7777)
+        self._app = Path(app_dir) if app_dir is not None else self.storage.make("app")[0]
+        if not self._adopted:
+            self._app.chmod(0o755)
+        self._cgroup = Cgroup.create(f"{owner.id}.{self.name}", self.limits)
 
     @classmethod
     async def create(cls, template: Path | None = None, **kwargs: Any) -> BubblewrapSandbox:
@@ -134,7 +148,8 @@ class BubblewrapSandbox(Sandbox):
         limits = kwargs.get("limits")
         bounded = kwargs.get("app_overlay") or (limits is not None and limits.storage_bytes)
         # making a filesystem (or the first clean-up of a process) is not for the event loop
-        box = await asyncio.to_thread(lambda: cls(**kwargs)) if bounded else cls(**kwargs)
+        slow = bounded or not swept()
+        box = await asyncio.to_thread(lambda: cls(**kwargs)) if slow else cls(**kwargs)
         try:
             if template is None and not box._mounts and not box._overlay:  # two chowns
                 box.prepare()
@@ -184,60 +199,6 @@ class BubblewrapSandbox(Sandbox):
         return self.storage.kind if self.storage is not None else "dir"
 
     # --- the command line --------------------------------------------------------------------
-    def _static_args(self) -> list[str]:
-        layout = self._layout
-        a = [
-            bwrap_binary(),
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-            "--die-with-parent",
-            "--new-session",
-            "--hostname",
-            "sandbox",
-            "--clearenv",
-        ]
-        if not self.network:
-            a.append("--unshare-net")
-        if self._rootless:
-            a += ["--unshare-user", "--disable-userns", "--uid", "1000", "--gid", "1000"]
-        # /app and /tmp first: a toolchain that lives below /tmp (a venv in a clone there) is
-        # then bound on top of the sandbox's own /tmp instead of being hidden by it
-        if self._overlay:  # the frozen workspace below, the sandbox's own writes above
-            a += ["--overlay-src", str(self._app)]
-            a += ["--overlay", str(self._upper), str(self._work), APP]
-        else:
-            a += ["--bind", str(self._app), APP]
-        a += ["--bind", str(self._tmp), "/tmp"]
-        for d in layout.dirs:
-            if d not in (APP, "/tmp"):
-                a += ["--perms", "0755", "--dir", d]
-        for e in layout.entries:
-            a += ["--symlink", e.source, e.target] if e.kind == "link" else [
-                "--ro-bind", e.source, e.target,
-            ]  # fmt: skip
-        made = set(layout.dirs)
-        a += ["--dev", "/dev", "--proc", "/proc"]
-        # POSIX shared memory (multiprocessing's locks): a small tmpfs of each command's own
-        a += ["--perms", "01777", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm"]
-        for m in self._mounts:
-            a += self._mount_args(m, made)
-        return a
-
-    @staticmethod
-    def _mount_args(m: Mount, made: set[str]) -> list[str]:
-        if not Path(m.source).exists():
-            raise ConfigError(f"cannot mount {m.source} at {m.target}: no such host path")
-        a: list[str] = []
-        parts = Path(m.target).parts[1:-1]
-        for i in range(len(parts)):
-            d = "/" + "/".join(parts[: i + 1])
-            if d not in made and d not in ("/app", "/tmp"):
-                made.add(d)
-                a += ["--perms", "0755", "--dir", d]
-        return [*a, "--bind" if m.writable else "--ro-bind", str(m.source), m.target]
-
     def _argv(
         self,
         cmd: Sequence[str],
@@ -251,7 +212,7 @@ class BubblewrapSandbox(Sandbox):
         a = list(self._prefix)
         made: set[str] = set(self._layout.dirs)
         for m in extra:
-            a += self._mount_args(m, made)
+            a += mount_args(m, made)
         a += ["--remount-ro", "/", "--chdir", cwd]
         a += ["--json-status-fd", str(status_fd), "--block-fd", str(block_fd)]
         if seccomp_fd is not None:
@@ -379,6 +340,10 @@ class BubblewrapSandbox(Sandbox):
         if raw.timed_out and not self._rootless:
             # the namespace is being torn down; wait until every process of the command is gone
             await asyncio.to_thread(kill_uid, self.uid, pidns=pidns(raw.status))
+        return self._result(raw, where, text)
+
+    @staticmethod
+    def _result(raw: RawResult, where: str, text: bool) -> tuple[bytes, ExecResult]:
         stderr = raw.stderr.decode(errors="replace")
         if not raw.timed_out and b'"exit-code"' not in raw.status:
             # bwrap stopped before the command started: ours, unless the cwd was wrong

@@ -216,9 +216,30 @@ def _gc_uids(dry: bool) -> list[Removed]:
     return out
 
 
-def collect(*, dry_run: bool = False, legacy: bool = False) -> list[Removed]:
+def collect(
+    *, dry_run: bool = False, legacy: bool = False, wait_s: float | None = None
+) -> list[Removed]:
     """Remove (or with ``dry_run`` only list) everything of dead owners; return what.
-    ``legacy`` also takes what envlab left before it named things by owner."""
+    ``legacy`` also takes what envlab left before it named things by owner. One collection
+    runs at a time on a host (another would hold a dead owner's lock and so make it look
+    alive): this waits for one running, at most ``wait_s`` seconds, else returns nothing."""
+    fd = os.open(lock_root() / "gc.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        end = time.monotonic() + (wait_s if wait_s is not None else float("inf"))
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > end:
+                    return []
+                time.sleep(0.02)
+        return _collect(dry_run, legacy)
+    finally:
+        os.close(fd)
+
+
+def _collect(dry_run: bool, legacy: bool) -> list[Removed]:
     deaths = _Deaths()
     try:
         oids = owner_ids()
@@ -245,6 +266,11 @@ def collect(*, dry_run: bool = False, legacy: bool = False) -> list[Removed]:
         deaths.close()
 
 
+def swept() -> bool:
+    """Whether this process has cleaned up after dead owners already."""
+    return _swept
+
+
 def sweep_once() -> None:
     """Clean up after dead owners, once per process (the first sandbox calls it)."""
     global _swept
@@ -255,7 +281,7 @@ def sweep_once() -> None:
             return
         _swept = True
         try:
-            removed = collect()
+            removed = collect(wait_s=30)  # one stuck longer is doing it for us
         except Exception as e:  # cleaning up must never stop a sandbox from starting
             log.warning("could not clean up after dead envlab processes: %s", e)
             return
