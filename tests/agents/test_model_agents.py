@@ -34,8 +34,9 @@ from envlab.rollout import TRAJECTORIES_FILE, EpisodeConfig, TrajectoryStore, ro
 from tests.models.fake_openai import FakeOpenAI, completion, error
 from tests.support.envs import EchoEnv
 
-STEP = 1.0
-HOLD = 3 * STEP
+STEP = 2.0
+"""The step limit: generous next to serving a scripted reply, smaller than the forced wait."""
+HOLD = 2.5 * STEP
 
 
 class ScriptedEngine:
@@ -152,7 +153,7 @@ async def test_a_slow_model_still_times_out_and_says_where(tmp_path: Path) -> No
     trajs = await run(tmp_path / "run", 2, agent(app), step_timeout=STEP)
     assert [t.status for t in trajs] == [Status.TIMEOUT] * 2
     for t in trajs:
-        assert "step 0 took longer than step_timeout=1.0s while the agent was acting" in (
+        assert "step 0 took longer than step_timeout=2.0s while the agent was acting" in (
             t.error or ""
         )
 

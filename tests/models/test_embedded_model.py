@@ -25,10 +25,13 @@ from envlab.models.llamacpp import LlamaCppEngine, shared_engine
 from envlab.models.server import BackgroundServer, create_app, free_port
 from envlab.models.weights import SMOLLM2_MODEL_ID, smollm2_path
 from envlab.models.wire import ChatMessage, ChatRequest, ChatResponse
-from envlab.rollout import TrajectoryStore, rollout
+from envlab.rollout import EpisodeConfig, TrajectoryStore, rollout
 from tests.conftest import subprocess_env
 
-SHORT = {"max_tokens": 64, "max_turns": 4, "temperature": 0.3}
+SHORT = {"max_tokens": 64, "max_turns": 4, "temperature": 0.3, "max_time_s": 3600.0}
+"""Short generations; no time limit that a slow, busy machine could reach (pytest's timeout
+guards a hang): these tests check what the model's replies do, not how fast they come."""
+UNTIMED = EpisodeConfig(step_timeout=None, episode_timeout=None)
 ADD_TOOL = CalcEnv().tools[0].to_openai()
 
 
@@ -47,7 +50,14 @@ def server(engine: LlamaCppEngine):
 async def run_calc(agent: Agent, out: Path, n: int = 3) -> list[Trajectory]:
     env = CalcEnv()
     result = await rollout(
-        env, agent, env.tasks(n=n), out_dir=out, samples=1, concurrency=2, progress=False
+        env,
+        agent,
+        env.tasks(n=n),
+        out_dir=out,
+        samples=1,
+        concurrency=2,
+        progress=False,
+        episode_config=UNTIMED,
     )
     assert result.new_episodes == n
     return TrajectoryStore(out / "trajectories.jsonl").load()
@@ -96,6 +106,7 @@ async def test_openai_agent_over_http_acts_in_calc(
         logprobs=True,
         required_tool_turns=1,
         parallel_tool_calls=False,
+        timeout_s=3600.0,
         **SHORT,
     )
     trajs = await run_calc(agent, tmp_path / "run")
@@ -107,7 +118,7 @@ async def test_openai_agent_over_http_acts_in_calc(
 async def test_server_answers_with_tool_calls_token_ids_and_logprobs(
     server: BackgroundServer,
 ) -> None:
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(timeout=None) as client:  # pytest-timeout guards a hang
         models = (await client.get(f"{server.base_url}/models")).json()
         assert models["data"][0]["id"] == "smollm2"
         assert models["data"][0]["weights_hash"].startswith("sha256:")
@@ -133,7 +144,7 @@ async def test_server_answers_with_tool_calls_token_ids_and_logprobs(
     assert lps[0]["logprob"] <= 0 and lps[0]["top_logprobs"][0]["logprob"] >= lps[0]["logprob"]
     assert data["prompt_token_ids"][0] == 1  # <|im_start|>
     # a plain chat without tools ends with <|im_end|> (id 2), which is kept in token_ids
-    async with OpenAICompatModel("smollm2", server.base_url) as model:
+    async with OpenAICompatModel("smollm2", server.base_url, timeout_s=3600.0) as model:
         reply = await model.chat([{"role": "user", "content": "Say hi."}], max_tokens=40)
     assert reply.text and reply.completion_ids
     if reply.finish_reason == "stop":
@@ -141,7 +152,7 @@ async def test_server_answers_with_tool_calls_token_ids_and_logprobs(
 
 
 async def test_server_rejects_what_it_cannot_serve(server: BackgroundServer) -> None:
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(timeout=None) as client:  # pytest-timeout guards a hang
         url = f"{server.base_url}/chat/completions"
         msgs: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
         r = await client.post(url, json={"model": "gpt-9", "messages": msgs})
@@ -184,7 +195,9 @@ async def test_serve_model_command_serves_an_episode(tmp_path: Path) -> None:
             except httpx.HTTPError:
                 assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
                 await asyncio.sleep(0.1)
-        agent = openai(f"smollm2@{details['url']}", required_tool_turns=1, **SHORT)
+        agent = openai(
+            f"smollm2@{details['url']}", required_tool_turns=1, timeout_s=3600.0, **SHORT
+        )
         trajs = await run_calc(agent, tmp_path / "run", n=1)
         assert trajs[0].status.scored and trajs[0].reward is not None
         assert any(m["role"] == "tool" for m in trajs[0].messages)
