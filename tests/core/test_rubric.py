@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from envlab.core import Component, Rubric
+from envlab.core import Component, GraderFailed, Rubric
 
 
 async def test_weighted_mean_and_gate() -> None:
@@ -30,5 +30,10 @@ async def test_rubric_rejects_bad_definitions_and_scores() -> None:
         Rubric([Component("a", lambda c: 1), Component("a", lambda c: 1)])
     with pytest.raises(ValueError, match="non-gate"):
         Rubric([Component("g", lambda c: 1, gate=True)])
-    with pytest.raises(ValueError, match="outside"):
+    # a score the component cannot give is a failed grade (the engine regrades, then scores 0)
+    with pytest.raises(GraderFailed, match="outside"):
         await Rubric([Component("a", lambda c: 2.0)]).score(None)
+    with pytest.raises(GraderFailed, match="not a finite number"):
+        await Rubric([Component("a", lambda c: float("nan"))]).score(None)
+    with pytest.raises(GraderFailed, match="not a number"):
+        await Rubric([Component("a", lambda c: "1")]).score(None)
