@@ -19,6 +19,7 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -35,6 +36,8 @@ CGROUP_PARENTS = (Path("/sys/fs/cgroup/memory/envlab"), Path("/sys/fs/cgroup/env
 LOOP_CLR_FD = 0x4C01
 _swept = False
 _sweep_lock = threading.Lock()
+_held = 0
+_held_lock = threading.Lock()
 
 
 @dataclass
@@ -62,6 +65,14 @@ class _Deaths:
         if oid not in self.fds:
             self.fds[oid] = hold_if_dead(oid)
         return self.fds[oid] is not None
+
+    def registered_dead(self, oid: str | None) -> bool:
+        """Dead, and registered in this lock root (its lock file exists): for what is
+        host-wide (mounts, loop devices, cgroups), where another lock root's owners show too."""
+        if not self.dead(oid):
+            return False
+        fd = self.fds[oid]  # type: ignore[index]
+        return fd is not None and fd >= 0
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -96,11 +107,13 @@ def _du(path: Path) -> int:
     return total
 
 
-def _gc_mounts(deaths: _Deaths, dry: bool) -> list[Removed]:
+def _gc_mounts(deaths: _Deaths, dry: bool, states: set[Path]) -> list[Removed]:
     out = []
+    ours = tuple(str(s) + "/" for s in states)
     for mp in sorted(_mounts(), key=len, reverse=True):  # deepest first
         oid = _box_owner(mp)
-        if deaths.dead(oid) and (dry or unmount(mp)):
+        mine = deaths.registered_dead(oid) or (mp.startswith(ours) and deaths.dead(oid))
+        if mine and (dry or unmount(mp)):
             out.append(Removed("mount", mp, oid))
     return out
 
@@ -114,7 +127,7 @@ def _gc_loops(deaths: _Deaths, dry: bool) -> list[Removed]:
             continue
         backing = backing.removesuffix(" (deleted)")
         oid = _box_owner(backing)
-        if not deaths.dead(oid):
+        if not deaths.registered_dead(oid):
             continue
         if not dry:
             try:
@@ -152,7 +165,9 @@ def _gc_cgroups(deaths: _Deaths, dry: bool, legacy: bool) -> list[Removed]:
             continue
         for cg in sorted(p for p in parent.iterdir() if p.is_dir()):
             oid = owner_of(cg.name)
-            if (oid is None and not legacy) or (oid is not None and not deaths.dead(oid)):
+            if (oid is None and not legacy) or (
+                oid is not None and not deaths.registered_dead(oid)
+            ):
                 continue
             if dry:
                 out.append(Removed("cgroup", str(cg), oid))
@@ -216,27 +231,51 @@ def _gc_uids(dry: bool) -> list[Removed]:
     return out
 
 
+@contextlib.contextmanager
+def exclusive(wait_s: float | None = None) -> Iterator[bool]:
+    """Hold the host's gc lock (one collection at a time: another would hold a dead owner's
+    lock and so make it look alive). Yields False when it could not be had in ``wait_s``
+    seconds. Inside it, this process's own collections do not wait for it."""
+    global _held
+    with _held_lock:
+        fd = None if _held else _take_gc_lock(wait_s)
+        got = bool(_held) or fd is not None
+        if got:
+            _held += 1
+    if not got:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        with _held_lock:
+            _held -= 1
+            if fd is not None:
+                os.close(fd)
+
+
+def _take_gc_lock(wait_s: float | None) -> int | None:
+    fd = os.open(lock_root() / "gc.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    end = time.monotonic() + (wait_s if wait_s is not None else float("inf"))
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > end:
+                os.close(fd)
+                return None
+            time.sleep(0.02)
+
+
 def collect(
     *, dry_run: bool = False, legacy: bool = False, wait_s: float | None = None
 ) -> list[Removed]:
     """Remove (or with ``dry_run`` only list) everything of dead owners; return what.
-    ``legacy`` also takes what envlab left before it named things by owner. One collection
-    runs at a time on a host (another would hold a dead owner's lock and so make it look
-    alive): this waits for one running, at most ``wait_s`` seconds, else returns nothing."""
-    fd = os.open(lock_root() / "gc.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        end = time.monotonic() + (wait_s if wait_s is not None else float("inf"))
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > end:
-                    return []
-                time.sleep(0.02)
-        return _collect(dry_run, legacy)
-    finally:
-        os.close(fd)
+    ``legacy`` also takes what envlab left before it named things by owner. Waits at most
+    ``wait_s`` seconds for another collection to end, else returns nothing."""
+    with exclusive(wait_s) as got:
+        return _collect(dry_run, legacy) if got else []
 
 
 def _collect(dry_run: bool, legacy: bool) -> list[Removed]:
@@ -251,8 +290,10 @@ def _collect(dry_run: bool, legacy: bool) -> list[Removed]:
                 recorded = record_of(oid).get("state_dir")
                 if isinstance(recorded, str) and os.path.isdir(recorded):
                     states.add(Path(recorded))
-        removed = _gc_mounts(deaths, dry_run) + _gc_loops(deaths, dry_run)
-        removed += _gc_cgroups(deaths, dry_run, legacy)
+        removed: list[Removed] = []
+        if os.geteuid() == 0:  # only root mounts, attaches loop devices, makes cgroups
+            removed += _gc_mounts(deaths, dry_run, states) + _gc_loops(deaths, dry_run)
+            removed += _gc_cgroups(deaths, dry_run, legacy)
         removed += _gc_workspaces(deaths, dry_run, states, legacy)
         if legacy:  # a sandbox uid nobody leases may still be an older envlab's
             removed += _gc_uids(dry_run)
