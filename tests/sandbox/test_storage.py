@@ -153,6 +153,20 @@ async def test_the_filesystem_goes_with_the_sandbox() -> None:
         raise AssertionError(f"a loop device still backs {storage.image}")
 
 
+async def test_a_sparse_and_hard_linked_template_is_copied_as_it_is(tmp_path: Path) -> None:
+    """8 GiB of holes and 40 hard links to 8 MiB fit a 64 MiB sandbox: nothing is expanded."""
+    with open(tmp_path / "sparse", "wb") as f:
+        f.truncate(8 * GiB)
+    (tmp_path / "data").write_bytes(os.urandom(8 * MiB))
+    for i in range(40):
+        os.link(tmp_path / "data", tmp_path / f"link{i}")
+    async with await BubblewrapSandbox.create(tmp_path, limits=BOUNDED) as box:
+        res = await box.exec("stat -c '%s %h' sparse data link7")
+        assert res.stdout.split("\n")[:3] == [f"{8 * GiB} 1", f"{8 * MiB} 41", f"{8 * MiB} 41"]
+        assert await usage(box) < 10 * MiB
+        assert allocated(box.storage.image) < 10 * MiB  # type: ignore[union-attr]
+
+
 async def test_a_template_larger_than_the_storage_is_refused(tmp_path: Path) -> None:
     (tmp_path / "big").write_bytes(os.urandom(1 << 20) * 80)
     with pytest.raises(ConfigError, match="does not fit in the sandbox's storage"):
