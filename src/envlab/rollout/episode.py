@@ -16,7 +16,6 @@ from envlab.core import (
     AgentSpec,
     Environment,
     EpisodeContext,
-    GraderFailed,
     InfraError,
     Reward,
     Status,
@@ -26,10 +25,9 @@ from envlab.core import (
     Trajectory,
     install_agent_clock,
     reset_agent_clock,
-    validate_reward,
 )
-from envlab.core.rubric import reward_range_of
 from envlab.rollout.deadlines import WAIT, EpisodeClock, deadlines
+from envlab.rollout.grading import grade_episode
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +275,9 @@ async def _attempt(
     if env is not None and status.scored:
         ts = clock()
         try:
-            reward, grader_failed = await _grade(env, task, step_rewards, cfg, me)
+            reward, grader_failed = await grade_episode(
+                env, task, step_rewards, cfg.grade_timeout, me
+            )
             if reward.details:  # the verifier's exit code and output tail, why it failed
                 info["grade"] = reward.details
         except asyncio.CancelledError:
@@ -336,65 +336,7 @@ async def _attempt(
     )
 
 
-_EPISODE, _STEP, _GRADE, _RESET = "episode", "step", "grade", "reset"
-
-
-async def _grade(
-    env: Environment, task: Task, step_rewards: float, cfg: EpisodeConfig, me: asyncio.Task[Any]
-) -> tuple[Reward, str | None]:
-    """The valid reward of the agent's final state, and why grading failed if it did.
-
-    A grade that is not valid (``GraderFailed``, any other exception of the grader, a value out
-    of range, past ``grade_timeout``) is run once more, fresh (``regrade``); if that fails too
-    the episode scores 0 with the reason. Only an ``InfraError`` (the grading machinery itself)
-    escapes, to be retried and excluded."""
-    reasons: list[str] = []
-    details: dict[str, Any] = {}
-    for attempt in range(2):
-        try:
-            raw = await _graded_once(env, attempt, cfg, me)
-            if raw is None:
-                raw = Reward(total=step_rewards, details={"from": "step rewards"})
-            return validate_reward(raw, reward_range_of(task.metadata)), None
-        except InfraError:
-            raise
-        except (GraderFailed, Exception) as e:  # an invalid grade: the agent may have caused it
-            reasons.append(_grader_reason(e))
-            details = getattr(e, "details", None) or details
-    reason = f"{reasons[0]}; graded again: {reasons[1]}" if reasons[1] != reasons[0] else reasons[0]
-    return Reward(total=0.0, details={**details, "grader_failed": reason}), reason
-
-
-async def _graded_once(
-    env: Environment, attempt: int, cfg: EpisodeConfig, me: asyncio.Task[Any]
-) -> Reward | None:
-    dl = deadlines()
-    try:
-        dl.set(me, cfg.grade_timeout, _GRADE)
-        return await (env.grade() if attempt == 0 else env.regrade())
-    except asyncio.CancelledError:
-        if dl.expired(me) is None:
-            raise
-        me.uncancel()
-        raise GraderFailed(
-            f"the grader took longer than grade_timeout={cfg.grade_timeout}s"
-        ) from None
-    except Exception:
-        if dl.expired(me) is not None:
-            me.uncancel()
-            raise GraderFailed(
-                f"the grader took longer than grade_timeout={cfg.grade_timeout}s"
-            ) from None
-        raise
-    finally:
-        if dl.clear(me):
-            await dl.absorb(me)
-
-
-def _grader_reason(e: BaseException) -> str:
-    if isinstance(e, GraderFailed):
-        return str(e)
-    return f"the grader raised {type(e).__name__}: {e}"
+_EPISODE, _STEP, _RESET = "episode", "step", "reset"
 
 
 _DOING = {
