@@ -53,3 +53,19 @@ async def test_state_carried_across_resets_is_broken(tmp_path: Path) -> None:
     assert failing(report, "reset_hygiene") == {t.task_id for t in report.tasks}
     check = next(c for c in report.tasks[0].checks if c.name == "reset_hygiene")
     assert check.evidence["differing_keys"] == ["episodes_seen"]
+
+
+async def test_partial_credit_for_echoing_the_prompt_is_trivial(tmp_path: Path) -> None:
+    """The calc finding: echoing the prompt earned 0.8 on a tenth of the tasks and never passed;
+    the check judges the credit against the no-op floor, not only full passes."""
+    report = await vet("tests.fixtures.vet_envs:EchoCreditEnv", tmp_path)
+    env_check = next(c for c in report.env_checks if c.name == "trivial_strategies")
+    assert env_check.status == "fail", env_check.summary
+    partial = env_check.evidence["partial_credit"]
+    assert set(partial) == {"echo_prompt"} and not env_check.evidence["beating_chance"]
+    assert partial["echo_prompt"]["lower_bound"] > 0
+    divisions = {t.task_id for t in report.tasks if int(t.task_id.split("-")[1]) % 10 == 0}
+    assert set(partial["echo_prompt"]["earned_on"]) == divisions
+    assert failing(report, "trivial_strategies") == divisions
+    assert {t.verdict for t in report.tasks if t.task_id in divisions} == {"trivial"}
+    assert {t.verdict for t in report.tasks if t.task_id not in divisions} == {"ok"}

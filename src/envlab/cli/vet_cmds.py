@@ -110,6 +110,7 @@ def print_report(report, out_dir: Path) -> None:  # type: ignore[no-untyped-def]
     table.add_column("task", overflow="fold")
     table.add_column("verdict")
     table.add_column("failing checks", overflow="fold")
+    table.add_column("exposed to", overflow="fold")
     table.add_column("warnings", overflow="fold")
     for t in report.tasks:
         by = {c.name: c.status for c in t.checks}
@@ -117,6 +118,7 @@ def print_report(report, out_dir: Path) -> None:  # type: ignore[no-untyped-def]
             t.task_id,
             f"[{_VERDICT_STYLE[t.verdict]}]{t.verdict}[/]",
             ", ".join(n for n in names if by.get(n) == "fail") or "-",
+            ", ".join(exposed_to(t)) or "-",
             ", ".join(n for n in names if by.get(n) == "warn") or "-",
         )
     out.print(table)
@@ -133,6 +135,18 @@ def print_report(report, out_dir: Path) -> None:  # type: ignore[no-untyped-def]
         f"{report.episodes} episodes, {report.infra_errors} infra errors, {report.elapsed_s:.0f}s; "
         f"{out_dir / 'vet.json'}"
     )
+
+
+def exposed_to(task) -> list[str]:  # type: ignore[no-untyped-def]
+    """The probes that won on a task: hacks the verifier did not defend, leaks that copy."""
+    names: list[str] = []
+    for c in task.checks:
+        if c.name == "tamper":
+            names += sorted(c.evidence.get("winning_probes", {}))
+        elif c.name == "answer_leak":
+            copies = c.evidence.get("copies", {})
+            names += sorted(n for n, o in copies.items() if o.get("outcome") == "exposed")
+    return names
 
 
 def arena_cmd(

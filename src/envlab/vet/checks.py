@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envlab.core import Status, Task, Trajectory
+from envlab.vet.informed import OracleView
 from envlab.vet.leak import Hit
 from envlab.vet.model import CHECKS, CheckResult, CheckStatus, Verdict
+from envlab.vet.probes import Probe
 
 PASS_THRESHOLD = 1.0
 """A reward at or above this is a pass (the oracle must reach it)."""
@@ -35,9 +37,18 @@ class TaskEvidence:
     by_probe: dict[str, list[Trajectory]] = field(default_factory=dict)
     tests_text: str = ""
     network_declared: bool = False
+    probes: dict[str, Probe] = field(default_factory=dict)
+    """The shell probes run on the task, by name (both phases)."""
     leak_hits: list[Hit] = field(default_factory=list)
+    """Needles found outside the material the instruction names: leak candidates."""
+    leak_warnings: list[Hit] = field(default_factory=list)
+    """Needles found inside the material the instruction names (an archive to extract)."""
     leak_needles: int = 0
     leak_error: str | None = None
+    view: OracleView | None = None
+
+    def probe_names(self, check: str) -> list[str]:
+        return [n for n, p in self.probes.items() if p.check == check]
 
     def rewards(self, probe: str) -> list[float | None]:
         return [t.reward for t in self.by_probe.get(probe, [])]
@@ -147,55 +158,6 @@ def check_regrade(ev: TaskEvidence) -> CheckResult:
     )
 
 
-def check_tamper(ev: TaskEvidence, probes: Sequence[str]) -> CheckResult:
-    if ev.kind != "taskfolder":
-        return result("tamper", "n/a", "no workspace or verifier to tamper with")
-    base = noop_baseline(ev)
-    winners = {}
-    rewards = {}
-    for name in probes:
-        got = _scored(ev.by_probe.get(name, []))
-        rewards[name] = got[0] if got else None
-        if got and max(got) > base + 1e-9:
-            winners[name] = max(got)
-    if winners:
-        names = ", ".join(sorted(winners))
-        return result(
-            "tamper",
-            "fail",
-            f"hack scored above doing nothing: {names}",
-            baseline=base,
-            winning_probes=winners,
-            rewards=rewards,
-        )
-    return result(
-        "tamper",
-        "pass",
-        f"{len(probes)} hacks scored no more than doing nothing",
-        baseline=base,
-        rewards=rewards,
-    )
-
-
-def check_leak(ev: TaskEvidence) -> CheckResult:
-    if ev.leak_error:
-        return result("answer_leak", "n/a", f"could not scan: {ev.leak_error}")
-    if ev.leak_hits:
-        where = sorted({h.where for h in ev.leak_hits})
-        return result(
-            "answer_leak",
-            "fail",
-            f"the answer is readable at reset: {', '.join(where[:4])}",
-            hits=[h.to_dict() for h in ev.leak_hits[:20]],
-            needles=ev.leak_needles,
-        )
-    if ev.leak_needles == 0:
-        return result("answer_leak", "warn", "no answer to look for (no needle survived)")
-    return result(
-        "answer_leak", "pass", f"none of {ev.leak_needles} needles found", needles=ev.leak_needles
-    )
-
-
 def _net_lines(trajs: Sequence[Trajectory]) -> list[str]:
     lines = []
     for t in trajs:
@@ -211,14 +173,8 @@ def check_network(ev: TaskEvidence) -> CheckResult:
     lines = _net_lines(ev.by_probe.get("network", []))
     opened = [x.split()[1] for x in lines if x.startswith("ENVLAB-NET-OPEN")]
     verifier_net = sorted(set(NETWORK_WORDS.findall(ev.tests_text)))
-    graded = [
-        t for probes in ev.by_probe.values() for t in probes if t.status is not Status.INFRA_ERROR
-    ]
-    verifier_failed = not graded or any(
-        t.status is Status.INFRA_ERROR and (t.error or "").startswith("grader")
-        for probes in ev.by_probe.values()
-        for t in probes
-    )
+    honest = honest_trajectories(ev)
+    verifier_failed = not any(t.scored for t in honest) or any(_grader_error(t) for t in honest)
     evidence = {"egress": lines, "verifier_network_words": verifier_net}
     if opened and not ev.network_declared:
         return result(
@@ -243,18 +199,33 @@ def check_network(ev: TaskEvidence) -> CheckResult:
     return result("network", "pass", "no egress from the agent's sandbox", **evidence)
 
 
+def honest_trajectories(ev: TaskEvidence) -> list[Trajectory]:
+    """Episodes of agents that do not attack the grader (baselines, the oracle, trivial
+    strategies, the real agent): a grader failure there is the grader's, not a defence."""
+    attacks = set(ev.probe_names("tamper")) | set(ev.probe_names("leak"))
+    return [t for p, trajs in ev.by_probe.items() if p not in attacks for t in trajs]
+
+
+def _grader_error(t: Trajectory) -> str | None:
+    if t.grader_failed:
+        return t.grader_failed
+    if t.status is Status.INFRA_ERROR and (t.error or "").startswith("grader"):
+        return t.error
+    return None
+
+
 def check_verifier_health(ev: TaskEvidence) -> CheckResult:
-    trajs = [t for probes in ev.by_probe.values() for t in probes]
+    trajs = honest_trajectories(ev)
     graded = [t for t in trajs if t.status.scored]
-    grader_errors = [t for t in trajs if (t.error or "").startswith("grader")]
+    grader_errors = [t for t in trajs if _grader_error(t)]
     if grader_errors:
-        first = grader_errors[0].error or ""
+        first = _grader_error(grader_errors[0]) or ""
         reason = first.splitlines()[0][:300]
         return result(
             "verifier_health",
             "fail",
             f"the grader failed in {len(grader_errors)}/{len(trajs)} episodes: {reason}",
-            errors=[(t.error or "")[:500] for t in grader_errors[:3]],
+            errors=[(_grader_error(t) or "")[:500] for t in grader_errors[:3]],
         )
     if not graded:
         return result(
@@ -263,7 +234,7 @@ def check_verifier_health(ev: TaskEvidence) -> CheckResult:
             "no episode could be graded",
             statuses=[t.status.value for t in trajs],
         )
-    return result("verifier_health", "pass", f"graded {len(graded)}/{len(trajs)} episodes")
+    return result("verifier_health", "pass", f"graded {len(graded)}/{len(trajs)} honest episodes")
 
 
 def check_reset_hygiene(ev: TaskEvidence) -> CheckResult:
@@ -288,9 +259,10 @@ def check_reset_hygiene(ev: TaskEvidence) -> CheckResult:
     return result("reset_hygiene", "pass", f"{len(states)} resets gave the same state", state=first)
 
 
-def check_trivial_options(ev: TaskEvidence, probes: Sequence[str]) -> CheckResult:
+def check_trivial_options(ev: TaskEvidence) -> CheckResult:
     """Task folders: a multiple-choice grader must accept one option only; echoing the prompt
-    must not pass."""
+    must score no more than doing nothing."""
+    probes = ev.probe_names("trivial")
     rewards = {p: (_scored(ev.by_probe.get(p, [])) or [None])[0] for p in probes}
     options = [p for p in probes if p.startswith("constant_")]
     passing = [p for p in options if (rewards[p] or 0) >= PASS_THRESHOLD - 1e-9]
@@ -302,8 +274,14 @@ def check_trivial_options(ev: TaskEvidence, probes: Sequence[str]) -> CheckResul
             f"{len(passing)} of {len(options)} constant answers pass: guessing beats chance",
             rewards=rewards,
         )
-    if echo is not None and echo > 0:
-        return result("trivial_strategies", "fail", "echoing the prompt scores", rewards=rewards)
+    base = noop_baseline(ev)
+    if echo is not None and echo > base + 1e-9:
+        return result(
+            "trivial_strategies",
+            "fail",
+            f"echoing the prompt scores {echo:g} (doing nothing: {base:g})",
+            rewards=rewards,
+        )
     if not probes:
         return result("trivial_strategies", "n/a", "no answer file to fill")
     return result("trivial_strategies", "pass", "no trivial strategy scores", rewards=rewards)

@@ -17,12 +17,14 @@ also in an input file.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 import subprocess
 import tarfile
 import zipfile
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 FUZZY_THRESHOLD = 0.8
@@ -50,9 +52,13 @@ class Hit:
     match: str
     similarity: float
     context: str
+    full_needle: str = field(default="", compare=False)
+    """The needle whole (``needle`` is cut at 200 characters for the evidence)."""
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        d = asdict(self)
+        d.pop("full_needle")
+        return d
 
 
 def normalize(text: str) -> str:
@@ -193,7 +199,7 @@ def scan_text(
     for n in needles:
         kind, sim, ctx = match(n, text, labelled_only=labelled_only)
         if kind:
-            hits.append(Hit(n.text[:200], n.source, where, kind, sim, ctx))
+            hits.append(Hit(n.text[:200], n.source, where, kind, sim, ctx, full_needle=n.text))
     return hits
 
 
@@ -258,6 +264,21 @@ def git_objects(git_dir: Path) -> Iterator[tuple[str, str]]:
             yield oid, body.decode("utf-8", errors="replace")
 
 
+_BASE64_RE = re.compile(r"[A-Za-z0-9+/=\s]{16,}")
+
+
+def _base64_text(text: str) -> str | None:
+    """The text a file holds base64-encoded (the whole file is base64 of UTF-8 text), if so."""
+    body = text.strip()
+    if len(body) > MAX_FILE_BYTES or not _BASE64_RE.fullmatch(body):
+        return None
+    try:
+        data = base64.b64decode("".join(body.split()), validate=True)
+        return data.decode("utf-8") if b"\0" not in data else None
+    except (binascii.Error, ValueError):
+        return None
+
+
 def declared_inputs(root: Path, *texts: str) -> set[str]:
     """Workspace files (relative paths) the instruction or solution names: the task's inputs."""
     names = set()
@@ -288,6 +309,9 @@ def scan_workspace(root: Path, needles: list[Needle], declared: set[str]) -> lis
         text = _read_text(path)
         if text is not None:
             hits += scan_text(needles, text, where, labelled_only=rel in declared)
+            decoded = _base64_text(text)
+            if decoded is not None:
+                hits += scan_text(needles, decoded, f"{where} (base64-decoded)")
         else:
             for member, mtext in _archive_members(path):
                 hits += scan_text(needles, mtext, f"{where}!{member}")
@@ -316,3 +340,39 @@ def scan_instruction(needles: list[Needle], instruction: str, input_texts: list[
         produced, instruction, "instruction.md", labelled_only=True
     )
     return [h for h in hits if not _token_re(normalize(h.needle)).search(inputs)]
+
+
+# --- where a hit is: the task's material, or a leak ------------------------------------------
+def named_material(root: Path, instruction: str) -> set[str]:
+    """``/app/...`` paths of what the instruction names as the task's material: the files it
+    names, and the directories it names (with everything under them, git objects too)."""
+    material = {f"/app/{rel}" for rel in declared_inputs(root, instruction)}
+    for path in root.rglob("*"):
+        if not path.is_dir() or ".git" in path.relative_to(root).parts:
+            continue
+        rel = path.relative_to(root).as_posix()
+        if re.search(r"(?:/app/|`)" + re.escape(rel) + r"/?(?![\w.-])", instruction):
+            material.add(f"/app/{rel}")
+    return material
+
+
+def hit_path(where: str) -> str | None:
+    """The workspace path of a hit (an archive's or a git directory's path for their members and
+    objects); ``None`` for the instruction and environment variables."""
+    if not where.startswith("/app/"):
+        return None
+    return re.split(r"!| object | \(base64-decoded\)", where, maxsplit=1)[0]
+
+
+def in_material(where: str, material: set[str]) -> bool:
+    path = hit_path(where)
+    return path is not None and any(path == m or path.startswith(m + "/") for m in material)
+
+
+def split_hits(hits: list[Hit], material: set[str]) -> tuple[list[Hit], list[Hit]]:
+    """``(candidates, in_material)``: hits outside the material the instruction names (hidden
+    files, git history, environment variables, the instruction itself) are leak candidates,
+    confirmed when copying the answer to where the oracle writes passes; hits inside it (an
+    archive to extract, a file to decode) are warnings."""
+    inside = [h for h in hits if in_material(h.where, material)]
+    return [h for h in hits if h not in inside], inside

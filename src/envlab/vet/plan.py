@@ -8,8 +8,18 @@ from pathlib import Path
 
 from envlab.agents.scripted import NoopAgent, OracleAgent
 from envlab.agents.shell import ShellScriptAgent
-from envlab.core import Action, Agent, AgentSpec, EpisodeContext, Observation, Task
+from envlab.core import (
+    Action,
+    Agent,
+    AgentSpec,
+    ConfigError,
+    EpisodeContext,
+    Observation,
+    Task,
+    ToolCall,
+)
 from envlab.envs.answers import answer_text
+from envlab.vet.hacks import deleted_workdir_probe, module_probes
 from envlab.vet.probes import (
     Probe,
     echo_prompt_probe,
@@ -56,6 +66,40 @@ class EchoPromptAgent(Agent):
         return Action(text=self._prompt)
 
 
+class TamperThenOracleAgent(Agent):
+    """Runs a script, then the reference solution (privileged), then a second script, then
+    submits: the oracle on inputs the first script tampered with."""
+
+    name = "tamper_then_oracle"
+    privileged = True
+
+    def __init__(self, before: Path, after: Path, label: str) -> None:
+        self.before, self.after, self.label = before.read_text(), after.read_text(), label
+        self._queue: list[Action] = []
+
+    @property
+    def spec(self) -> AgentSpec:
+        return AgentSpec(
+            name=f"vet:{self.label}", harness="vet:tamper_then_oracle", privileged=True
+        )
+
+    async def start(self, ctx: EpisodeContext) -> None:
+        if ctx.oracle_actions is None:
+            raise ConfigError(
+                f"probe {self.label}: the engine gave the oracle no privileged access"
+            )
+        oracle = [
+            a for a in ctx.oracle_actions if not any(c.name == "submit" for c in a.tool_calls)
+        ]
+        run = [Action(tool_calls=[ToolCall("run", {"command": s}, id=f"vet-{i}")])
+               for i, s in enumerate((self.before, self.after))]  # fmt: skip
+        submit = Action(tool_calls=[ToolCall("submit", {}, id="vet-submit")])
+        self._queue = [run[0], *oracle, run[1], submit]
+
+    async def act(self, observation: Observation) -> Action:
+        return self._queue.pop(0) if self._queue else Action(text="done")
+
+
 @dataclass(slots=True)
 class Episode:
     """One planned episode: a probe (its role in the checks) and the agent that plays it."""
@@ -75,11 +119,27 @@ class Plan:
     """Per task, the shell probes by name (their scripts are written to the vet directory)."""
 
 
-def shell_agent(probe: Probe, task: Task, probe_dir: Path) -> ShellScriptAgent:
-    path = probe_dir / safe_name(task.id) / f"{probe.name}.sh"
+def _script(path: Path, probe: Probe, body: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("#!/bin/bash\n# envlab vet probe: " + probe.description + "\n" + probe.script)
-    return ShellScriptAgent(path)
+    path.write_text("#!/bin/bash\n# envlab vet probe: " + probe.description + "\n" + body)
+    return path
+
+
+def probe_agent(probe: Probe, task: Task, probe_dir: Path) -> Agent:
+    """The agent that plays ``probe``; its scripts are saved under ``probe_dir/TASK/``."""
+    d = probe_dir / safe_name(task.id)
+    script = _script(d / f"{probe.name}.sh", probe, probe.script)
+    if probe.after_oracle is None:
+        return ShellScriptAgent(script)
+    after = _script(d / f"{probe.name}.after-oracle.sh", probe, probe.after_oracle)
+    return TamperThenOracleAgent(script, after, probe.name)
+
+
+def probe_episodes(task: Task, probes: list[Probe], probe_dir: Path) -> list[Episode]:
+    return [
+        Episode(task, p.name, probe_agent(p, task, probe_dir), description=p.description)
+        for p in probes
+    ]
 
 
 def safe_name(name: str) -> str:
@@ -93,11 +153,16 @@ def plan_task_folder(
     probe_dir: Path,
     oracle_runs: int,
     network_port: int | None,
+    python_targets: bool = True,
 ) -> tuple[list[Episode], dict[str, Probe]]:
+    """The first phase: baselines, the oracle, and every probe that needs nothing the oracle
+    did (``python_targets``: whether the code-under-test payloads can reach the verifier)."""
     instruction = task.prompt
     shell: list[Probe] = [
         empty_answer_probe(instruction),
         *tamper_probes(instruction, tests_text),
+        *(module_probes(tests_text) if python_targets else []),
+        deleted_workdir_probe(),
         *option_probes(instruction),
         network_probe(network_port),
     ]
@@ -109,10 +174,7 @@ def plan_task_folder(
         Episode(task, "oracle", OracleAgent(), sample=i, regrade=i == 0, description="solve.sh")
         for i in range(oracle_runs)
     ]
-    episodes += [
-        Episode(task, p.name, shell_agent(p, task, probe_dir), description=p.description)
-        for p in shell
-    ]
+    episodes += probe_episodes(task, shell, probe_dir)
     return episodes, {p.name: p for p in shell}
 
 

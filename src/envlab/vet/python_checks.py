@@ -10,15 +10,12 @@ from envlab.envs.answers import answer_text
 from envlab.vet.checks import PASS_THRESHOLD, TOO_EASY, TOO_HARD, TaskEvidence, _scored, result
 from envlab.vet.leak import _token_re, is_trivial, normalize
 from envlab.vet.model import CheckResult, EnvCheck
-from envlab.vet.probes import options
+from envlab.vet.trivial import trivial_strategies
 
 LEAK_ALPHA = 0.01
 """Significance of the one-sided test that answers appear in prompts more than by chance."""
 LEAK_MIN_RATE = 0.5
 """A leak is systematic: at least this share of the distinctive answers is in their prompt."""
-TRIVIAL_MARGIN = 0.05
-"""A trivial strategy fails the check when its pass rate's 95% lower bound exceeds chance by
-more than this."""
 
 
 @dataclass(slots=True)
@@ -34,8 +31,6 @@ def _in_prompt(answer: str, prompt: str) -> bool:
 
 def python_env_findings(tasks: list[Task], evidence: dict[str, TaskEvidence]) -> PythonFindings:
     from scipy import stats
-
-    from envlab.measure.stats import proportion_ci
 
     f = PythonFindings()
     # --- answer leak: answers in prompts, against the rate of other tasks' answers ----------
@@ -96,55 +91,8 @@ def python_env_findings(tasks: list[Task], evidence: dict[str, TaskEvidence]) ->
             )
         else:
             f.leak[task.id] = result("answer_leak", "pass", "the answer is not in the prompt")
-    # --- trivial strategies: constant answers, echoing the prompt, vs chance ----------------
-    strategies = sorted(
-        {p for ev in evidence.values() for p in ev.by_probe if p.startswith("constant_")}
-        | {"echo_prompt"}
-    )
-    chance = sum(1 / len(options(t.prompt)) if options(t.prompt) else 0.0 for t in tasks) / max(
-        n, 1
-    )
-    beaten: dict[str, dict[str, float]] = {}
-    rates: dict[str, float] = {}
-    for s in strategies:
-        passes = [
-            (_scored(evidence[t.id].by_probe.get(s, [])) or [0.0])[0] >= PASS_THRESHOLD - 1e-9
-            for t in tasks
-        ]
-        c = sum(passes)
-        rates[s] = c / max(n, 1)
-        low = proportion_ci(c, max(n, 1), method="exact").low if n else 0.0
-        if low > chance + TRIVIAL_MARGIN:
-            beaten[s] = {"pass_rate": c / n, "lower_95": round(low, 4)}
-    f.env_checks.append(
-        EnvCheck(
-            name="trivial_strategies",
-            status="fail" if beaten else "pass",
-            summary=(
-                "trivial strategies beat chance: " + ", ".join(beaten)
-                if beaten
-                else f"no trivial strategy beats chance ({chance:.0%})"
-            ),
-            evidence={"chance": chance, "pass_rates": rates, "beating_chance": beaten},
-        )
-    )
-    for t in tasks:
-        won = [
-            s
-            for s in beaten
-            if (_scored(evidence[t.id].by_probe.get(s, [])) or [0.0])[0] >= PASS_THRESHOLD - 1e-9
-        ]
-        if won:
-            f.trivial[t.id] = result(
-                "trivial_strategies",
-                "fail",
-                f"solved by {', '.join(won)}, a strategy that beats chance across the environment",
-                strategies=won,
-            )
-        else:
-            f.trivial[t.id] = result(
-                "trivial_strategies", "pass", "no trivial strategy that beats chance solves it"
-            )
+    trivial_env, f.trivial = trivial_strategies(tasks, evidence)
+    f.env_checks.append(trivial_env)
     return f
 
 

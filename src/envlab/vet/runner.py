@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,22 +16,17 @@ from envlab import __version__
 from envlab.core import Agent, Environment, Reward, Status, Task, Trajectory
 from envlab.rollout import EpisodeConfig, EpisodeHooks, TrajectoryStore, run_episode
 from envlab.vet import checks as C
+from envlab.vet import exposure as X
 from envlab.vet import python_checks as P
-from envlab.vet.leak import (
-    declared_inputs,
-    drop_spec,
-    expected_values,
-    oracle_outputs,
-    scan_env,
-    scan_instruction,
-    scan_workspace,
-)
+from envlab.vet.folders import folder_context, plan_informed, scan
+from envlab.vet.hacks import has_python_targets
 from envlab.vet.model import CheckResult, EnvCheck, EnvVet, TaskVet
 from envlab.vet.plan import (
     Episode,
     constant_answers,
     plan_python_env,
     plan_task_folder,
+    safe_name,
 )
 from envlab.vet.verdict import quality_score, task_verdict, verdict_counts
 
@@ -61,7 +55,10 @@ async def vet_environment(
     agent: Agent | None = None,
     config: VetConfig | None = None,
 ) -> EnvVet:
-    """Vet ``env``: every check on every task; writes ``vet.json`` and the probe trajectories."""
+    """Vet ``env``: every check on every task; writes ``vet.json`` and the probe trajectories.
+
+    Task folders run in two phases: first the baselines, the oracle and the probes that need
+    nothing else; then the probes built from what the oracle wrote and from the leak scan."""
     from envlab.envs.taskfolder import TerminalEnv
 
     cfg = config or VetConfig()
@@ -69,28 +66,78 @@ async def vet_environment(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = list(env.tasks(seed=cfg.seed, n=cfg.tasks))
-    env_hash = env.content_hash()
     kind = "taskfolder" if isinstance(env, TerminalEnv) else "python"
+    run = _Run(env, env_id, env.content_hash(), cfg, out)
+    evidence = {t.id: C.TaskEvidence(t, kind) for t in tasks}
     listener = await _Listener.start()
     try:
-        episodes, probe_names = _plan(env, tasks, kind, cfg, out, listener.port)
-        if agent is not None:
-            episodes += [
-                Episode(t, "agent", agent, sample=i) for t in tasks for i in range(cfg.samples)
-            ]
-        trajs = await _run_all(env, env_id, env_hash, episodes, cfg, out)
+        with run.store:
+            if kind == "taskfolder":
+                await _vet_folders(run, tasks, evidence, listener.port)
+            else:
+                constants = constant_answers(tasks)
+                await run.episodes(
+                    [
+                        e
+                        for t in tasks
+                        for e in plan_python_env(t, constants, oracle_runs=cfg.oracle_runs)
+                    ],
+                    evidence,
+                )
+            if agent is not None:
+                await run.episodes(
+                    [
+                        Episode(t, "agent", agent, sample=i)
+                        for t in tasks
+                        for i in range(cfg.samples)
+                    ],
+                    evidence,
+                )
     finally:
         await listener.close()
-    by_task: dict[str, dict[str, list[Trajectory]]] = defaultdict(lambda: defaultdict(list))
-    for ep, t in trajs:
-        by_task[ep.task.id][ep.probe].append(t)
+    report = _report(run, tasks, evidence, kind, agent, time.perf_counter() - t0)
+    (out / VET_FILE).write_text(report.model_dump_json(indent=2))
+    return report
 
-    evidence = {t.id: C.TaskEvidence(t, kind, by_probe=dict(by_task[t.id])) for t in tasks}
-    if kind == "taskfolder":
-        await _scan_task_folders(tasks, evidence, out)
+
+async def _vet_folders(
+    run: _Run, tasks: list[Task], evidence: dict[str, C.TaskEvidence], port: int
+) -> None:
+    contexts = {t.id: await folder_context(t) for t in tasks}
+    first: list[Episode] = []
+    for task in tasks:
+        ctx = contexts[task.id]
+        eps, probes = plan_task_folder(
+            task,
+            ctx.tests_text,
+            probe_dir=run.out / "probes",
+            oracle_runs=run.cfg.oracle_runs if ctx.solve else 0,
+            network_port=port,
+            python_targets=has_python_targets(ctx.tests_text, ctx.has_python),
+        )
+        first += eps
+        evidence[task.id].probes.update(probes)
+    await run.episodes(first, evidence)
+    second: list[Episode] = []
+    for task in tasks:
+        scan(contexts[task.id], evidence[task.id])
+        eps, probes = plan_informed(contexts[task.id], evidence[task.id], run.out / "probes")
+        second += eps
+        evidence[task.id].probes.update(probes)
+    await run.episodes(second, evidence)
+
+
+def _report(
+    run: _Run,
+    tasks: list[Task],
+    evidence: dict[str, C.TaskEvidence],
+    kind: str,
+    agent: Agent | None,
+    elapsed: float,
+) -> EnvVet:
+    cfg = run.cfg
     python = P.python_env_findings(tasks, evidence) if kind == "python" else None
     train = P.trainability(tasks, evidence, agent is not None, cfg.group_size)
-
     task_vets: list[TaskVet] = []
     for task in tasks:
         ev = evidence[task.id]
@@ -98,13 +145,11 @@ async def vet_environment(
             C.check_noop(ev),
             C.check_oracle(ev),
             C.check_regrade(ev),
-            C.check_tamper(ev, probe_names.get(task.id, {}).get("tamper", [])),
-            C.check_leak(ev) if python is None else python.leak[task.id],
+            X.check_tamper(ev),
+            X.check_leak(ev) if python is None else python.leak[task.id],
             C.check_network(ev),
             C.check_verifier_health(ev),
-            C.check_trivial_options(ev, probe_names.get(task.id, {}).get("trivial", []))
-            if python is None
-            else python.trivial[task.id],
+            C.check_trivial_options(ev) if python is None else python.trivial[task.id],
             train.per_task[task.id],
             C.check_reset_hygiene(ev),
         ]
@@ -115,10 +160,9 @@ async def vet_environment(
     ]
     if python is not None:
         env_checks += python.env_checks
-    n_eps = len(trajs)
-    report = EnvVet(
-        env_id=env_id,
-        env_hash=env_hash,
+    return EnvVet(
+        env_id=run.env_id,
+        env_hash=run.env_hash,
         envlab_version=__version__,
         created_at=time.time(),
         agent=agent.spec if agent is not None else None,
@@ -135,68 +179,38 @@ async def vet_environment(
         clean=not any(t.verdict == "quarantine" for t in task_vets),
         env_checks=env_checks,
         tasks=task_vets,
-        elapsed_s=round(time.perf_counter() - t0, 2),
-        episodes=n_eps,
-        infra_errors=sum(t.status is Status.INFRA_ERROR for _, t in trajs),
+        elapsed_s=round(elapsed, 2),
+        episodes=run.n_episodes,
+        infra_errors=run.n_infra,
     )
-    (out / VET_FILE).write_text(report.model_dump_json(indent=2))
-    return report
 
 
-def _plan(
-    env: Environment, tasks: list[Task], kind: str, cfg: VetConfig, out: Path, port: int
-) -> tuple[list[Episode], dict[str, dict[str, list[str]]]]:
-    episodes: list[Episode] = []
-    names: dict[str, dict[str, list[str]]] = {}
-    if kind == "taskfolder":
-        from envlab.envs.taskfolder import load_task_folder
+class _Run:
+    """The episodes of one vet run: one trajectory store, one progress bar, a running count."""
 
-        for task in tasks:
-            folder = load_task_folder(task.metadata["path"])
-            tests_text = _tests_text(folder.tests_dir)
-            eps, probes = plan_task_folder(
-                task,
-                tests_text,
-                probe_dir=out / "probes",
-                oracle_runs=cfg.oracle_runs if folder.solution else 0,
-                network_port=port,
-            )
-            episodes += eps
-            names[task.id] = {
-                "tamper": [
-                    p
-                    for p in probes
-                    if p not in ("empty_answer", "network", "echo_prompt")
-                    and not p.startswith("constant_")
-                ],
-                "trivial": [p for p in probes if p.startswith("constant_") or p == "echo_prompt"],
-            }
-    else:
-        constants = constant_answers(tasks)
-        for task in tasks:
-            episodes += plan_python_env(task, constants, oracle_runs=cfg.oracle_runs)
-    return episodes, names
+    def __init__(
+        self, env: Environment, env_id: str, env_hash: str, cfg: VetConfig, out: Path
+    ) -> None:
+        self.env, self.env_id, self.env_hash, self.cfg, self.out = env, env_id, env_hash, cfg, out
+        self.store = TrajectoryStore(out / "trajectories.jsonl")
+        self.store.path.unlink(missing_ok=True)
+        self.n_episodes = self.n_infra = 0
+        self._seed = cfg.seed
+
+    async def episodes(self, episodes: list[Episode], evidence: dict[str, C.TaskEvidence]) -> None:
+        """Run ``episodes``; each trajectory goes to the store and to its task's evidence."""
+        results = await _run_all(self, episodes)
+        for ep, t in results:
+            evidence[ep.task.id].by_probe.setdefault(ep.probe, []).append(t)
+        self.n_episodes += len(results)
+        self.n_infra += sum(t.status is Status.INFRA_ERROR for _, t in results)
 
 
-def _tests_text(tests_dir: Path) -> str:
-    parts = []
-    for p in sorted(tests_dir.rglob("*")) if tests_dir.is_dir() else []:
-        if p.is_file() and p.stat().st_size < 1 << 20:
-            parts.append(p.read_text(errors="replace"))
-    return "\n".join(parts)
-
-
-async def _run_all(
-    env: Environment,
-    env_id: str,
-    env_hash: str,
-    episodes: list[Episode],
-    cfg: VetConfig,
-    out: Path,
-) -> list[tuple[Episode, Trajectory]]:
-    store = TrajectoryStore(out / "trajectories.jsonl")
-    store.path.unlink(missing_ok=True)
+async def _run_all(run: _Run, episodes: list[Episode]) -> list[tuple[Episode, Trajectory]]:
+    cfg, out = run.cfg, run.out
     results: list[tuple[Episode, Trajectory]] = []
+    base_seed = run._seed
+    run._seed += len(episodes)
     work = iter(enumerate(episodes))
     progress = Progress(
         TextColumn("[bold]vet"),
@@ -205,7 +219,7 @@ async def _run_all(
         TextColumn("{task.fields[last]}"),
         TimeElapsedColumn(),
         console=Console(stderr=True),
-        disable=not cfg.progress,
+        disable=not cfg.progress or not episodes,
     )
     bar = progress.add_task("vet", total=len(episodes), last="")
 
@@ -216,11 +230,7 @@ async def _run_all(
         export = getattr(e, "export_workspace", None)
         task_id = getattr(getattr(e, "task", None), "id", None)
         if export is not None and task_id is not None:
-            dest = (
-                out
-                / "snapshots"
-                / "".join(c if c.isalnum() or c in "-_." else "_" for c in task_id)
-            )
+            dest = out / "snapshots" / safe_name(task_id)
             shutil.rmtree(dest, ignore_errors=True)
             await export(dest)
             info["workspace_snapshot"] = str(dest)
@@ -250,71 +260,27 @@ async def _run_all(
                 after_reset=state_hook, after_grade=regrade_hook if ep.regrade else None
             )
             traj = await run_episode(
-                env,
+                run.env,
                 ep.agent,
                 ep.task,
                 ep.sample,
-                env_id=env_id,
-                env_hash=env_hash,
+                env_id=run.env_id,
+                env_hash=run.env_hash,
                 agent_spec=ep.agent.spec,
-                run_seed=cfg.seed + i,
+                run_seed=base_seed + i,
                 config=ec,
                 hooks=hooks,
             )
             traj.info["probe"] = ep.probe
-            store.append(traj)
+            run.store.append(traj)
             results.append((ep, traj))
             progress.update(bar, advance=1, last=f"{ep.task.id[:30]} {ep.probe}")
 
-    with store, progress:
+    with progress:
         await asyncio.gather(*(worker() for _ in range(max(1, cfg.concurrency))))
     order = {id(ep): i for i, ep in enumerate(episodes)}
     results.sort(key=lambda r: order[id(r[0])])
     return results
-
-
-async def _scan_task_folders(
-    tasks: list[Task], evidence: dict[str, C.TaskEvidence], out: Path
-) -> None:
-    """Needles from the tests and the oracle's output; surfaces from the prepared workspace."""
-    from envlab.envs.taskfolder import load_task_folder, prepare_workspace
-
-    for task in tasks:
-        ev = evidence[task.id]
-        folder = load_task_folder(task.metadata["path"])
-        ev.tests_text = _tests_text(folder.tests_dir)
-        ev.network_declared = str(task.metadata.get("network_mode", "none")) != "none"
-        try:
-            prepared = await prepare_workspace(folder)
-            solve = folder.solution.read_text(errors="replace") if folder.solution else ""
-            needles = expected_values(folder.tests_dir)
-            after = _oracle_workspace(ev, out)
-            if after is not None:
-                needles += oracle_outputs(prepared.app_dir, after)
-            needles = drop_spec(needles, solve)
-            ev.leak_needles = len(needles)
-            inputs = declared_inputs(prepared.app_dir, task.prompt, solve)
-            input_texts = [
-                (prepared.app_dir / rel).read_text(errors="replace")
-                for rel in sorted(inputs)
-                if (prepared.app_dir / rel).stat().st_size < 4 << 20
-            ]
-            env_vars = {**prepared.env, **folder.config.environment.env}
-            ev.leak_hits = (
-                scan_instruction(needles, task.prompt, input_texts)
-                + scan_env(needles, env_vars)
-                + scan_workspace(prepared.app_dir, needles, inputs)
-            )
-        except Exception as e:  # a task that cannot be built is reported, not fatal to vet
-            ev.leak_error = f"{type(e).__name__}: {e}"[:500]
-
-
-def _oracle_workspace(ev: C.TaskEvidence, out: Path) -> Path | None:
-    for t in ev.by_probe.get("oracle", []):
-        snap = t.info.get("after_grade", {}).get("workspace_snapshot")
-        if snap and Path(snap).is_dir():
-            return Path(snap)
-    return None
 
 
 class _Listener:

@@ -1,7 +1,12 @@
 #!/bin/bash
 python3 -m pytest -q /tests/test_merge.py
+ok=$?
+# the code under test ran in here (in child processes): whatever it left in /logs/verifier
+# (a reward of its own, made read-only) goes before the tests' reward is written
+chmod -R u+w /logs/verifier 2>/dev/null
+rm -rf /logs/verifier/* 2>/dev/null
 
-if [ $? -eq 0 ]; then
+if [ $ok -eq 0 ]; then
   echo 1 > /logs/verifier/reward.txt
 else
   echo 0 > /logs/verifier/reward.txt

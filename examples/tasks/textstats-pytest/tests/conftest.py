@@ -38,3 +38,34 @@ class _Remote:
 @pytest.fixture
 def textstats():
     return _Remote()
+
+
+_passed: set[str] = set()
+_failed: set[str] = set()
+
+
+def pytest_runtest_logreport(report):
+    if report.failed or report.skipped:
+        _failed.add(report.nodeid)
+    elif report.when == "call":
+        _passed.add(report.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The reward, written here: whatever the code under test left in /logs/verifier (a reward
+    of its own, made read-only) is removed first."""
+    import os
+    import shutil
+
+    logs = "/logs/verifier"
+    for root, dirs, files in os.walk(logs):
+        for name in dirs + files:
+            os.chmod(os.path.join(root, name), 0o755, follow_symlinks=False)
+    os.chmod(logs, 0o755)
+    for name in os.listdir(logs):
+        path = os.path.join(logs, name)
+        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+    total = session.testscollected
+    share = len(_passed - _failed) / total if total else 0.0
+    with open(os.path.join(logs, "reward.json"), "w") as f:
+        json.dump({"reward": share}, f)
