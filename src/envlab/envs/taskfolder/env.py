@@ -10,7 +10,6 @@ import hashlib
 import os
 import secrets
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,9 +33,16 @@ from envlab.core import (
 from envlab.envs.taskfolder.build import PreparedWorkspace, prepare_workspace
 from envlab.envs.taskfolder.model import TaskFolder, find_task_folders
 from envlab.envs.taskfolder.verifier import run_verifier
-from envlab.sandbox import BubblewrapSandbox, ExecResult, Limits, Mount, SandboxFileError
-from envlab.sandbox.scrub import scrub_tree
-from envlab.sandbox.workspace import state_dir
+from envlab.sandbox import (
+    BubblewrapSandbox,
+    ExecResult,
+    Limits,
+    Mount,
+    SandboxFileError,
+    copy_tree,
+    scratch_dir,
+    scrub_tree,
+)
 
 SHOWN_OUTPUT = 16_000
 """Characters of stdout and of stderr a tool result shows (head and tail)."""
@@ -205,7 +211,7 @@ class TerminalEnv(ToolEnv):
         """Mount the pristine solution read-only at /solution for one command: solve.sh."""
         assert self.folder is not None
         box = self._sandbox()
-        tmp = Path(tempfile.mkdtemp(prefix="solution-", dir=state_dir()))
+        tmp = scratch_dir("solution-")
         try:
             shutil.copytree(self.folder.solution_dir, tmp / "solution", symlinks=True)
             for p in [tmp, *(tmp / "solution").rglob("*")]:
@@ -327,9 +333,7 @@ class TerminalEnv(ToolEnv):
         """Copy the episode's workspace (as the agent left it) to ``dest`` on the host."""
         if self.box is None:
             raise RuntimeError("no workspace to export: call reset(task) first")
-        await asyncio.to_thread(
-            shutil.copytree, self.box.host_workdir, dest, symlinks=True, dirs_exist_ok=True
-        )
+        await asyncio.to_thread(copy_tree, self.box.host_workdir, dest)  # holes, links kept
         return dest
 
 

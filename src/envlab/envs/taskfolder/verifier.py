@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from envlab.envs.taskfolder import kit
 from envlab.envs.taskfolder.build import PreparedWorkspace
 from envlab.envs.taskfolder.model import TaskFolder
 from envlab.envs.taskfolder.reward_file import read_reward_files
-from envlab.sandbox import BubblewrapSandbox, ExecResult, Limits, Mount
+from envlab.sandbox import BubblewrapSandbox, ExecResult, Limits, Mount, scratch_dir
 from envlab.sandbox.layout import host_layout
 from envlab.sandbox.workspace import state_dir
 
@@ -92,29 +91,28 @@ async def run_verifier(
     ``GraderFailed`` when the grade is not valid, ``InfraError`` when the machinery failed.
     The workspace itself is left as the agent left it: grading again sees the same state."""
     timeout = task.config.verifier.timeout_sec
-    logs = Path(tempfile.mkdtemp(prefix="verify-logs-", dir=state_dir()))
+    logs = scratch_dir("verify-logs-")  # collected by `envlab gc` if this process dies
     try:
         # no copy: /app is an overlay on the frozen workspace, the verifier's writes go to a
         # bounded layer of its own and vanish with it (grading again sees the same state)
-        box = BubblewrapSandbox(
-            app_dir=workspace,
-            app_overlay=True,
-            mounts=[
-                Mount(task.tests_dir, "/tests"),
-                Mount(logs, LOGS, writable=True),
-                Mount(kit.kit_dir(), kit.MOUNT),
-            ],
-            env=verifier_env(task, prepared),
-            network=network,
-            workdir=prepared.workdir,
-            limits=Limits(timeout_s=timeout, memory_bytes=memory_mb << 20),
-            name=f"verifier-{task.name}",
-        )
         try:
-            try:
-                await asyncio.to_thread(box.prepare)
-            except OSError as e:  # the host, not the agent: out of space, a dead mount
-                raise InfraError(f"could not set up the verifier's sandbox: {e}") from e
+            box = await BubblewrapSandbox.create(
+                app_dir=workspace,
+                app_overlay=True,
+                mounts=[
+                    Mount(task.tests_dir, "/tests"),
+                    Mount(logs, LOGS, writable=True),
+                    Mount(kit.kit_dir(), kit.MOUNT),
+                ],
+                env=verifier_env(task, prepared),
+                network=network,
+                workdir=prepared.workdir,
+                limits=Limits(timeout_s=timeout, memory_bytes=memory_mb << 20),
+                name=f"verifier-{task.name}",
+            )
+        except OSError as e:  # the host, not the agent: out of space, a dead mount
+            raise InfraError(f"could not set up the verifier's sandbox: {e}") from e
+        try:
             python = host_layout(state_dir()).python_bin
             argv = [python, "-I", "-S", f"{kit.LIB}/verifier_run.py"]
             res = await box.exec(argv, timeout=timeout)
