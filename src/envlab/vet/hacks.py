@@ -98,7 +98,7 @@ for root, dirs, files in os.walk("/app"):
 for name in {missing!r}:
     if not any(os.path.basename(p) == name + ".py" for p in paths):
         paths.add("/app/" + name + ".py")
-future = re.compile(r"^from __future__ import[^\\n]*(\\([^)]*\\))?[^\\n]*\\n", re.M)
+future = re.compile(r"^from __future__ import[ \\t]*(?:\\([^)]*\\)|[^\\n]*)[^\\n]*\\n", re.M)
 for path in sorted(paths):
     try:
         text = open(path).read() if os.path.exists(path) else ""
