@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -69,10 +68,9 @@ async def test_python_with_pytest_is_available(box: BubblewrapSandbox) -> None:
 
 
 async def test_timeout_kills_the_command_and_reports_it(box: BubblewrapSandbox) -> None:
-    t0 = time.perf_counter()
-    res = await box.exec("sleep 30 & sleep 30; echo never", timeout=0.5)
+    # (were the sleeps waited for, pytest's own timeout would end the test: no clock needed here)
+    res = await box.exec("sleep 1000 & sleep 1000; echo never", timeout=0.5)
     assert res.timed_out and res.exit_code == 137 and "never" not in res.stdout
-    assert time.perf_counter() - t0 < 5
     assert (await box.exec("echo alive")).stdout == "alive\n", "the sandbox is still usable"
 
 
