@@ -36,6 +36,12 @@ def probe_outcome(probe: Probe, trajs: Sequence[Trajectory], base: float) -> dic
         ev["grader_failed"] = t.grader_failed.split("Output tail:")[0].strip()[:300]
     elif "verifier_exit_code" in grade:
         ev["verifier_exit_code"] = grade["verifier_exit_code"]
+    if grade.get("not_carried"):  # what the verifier left out of its view of the workspace
+        ev["not_carried"] = [
+            f"{n.get('path')} ({n.get('kind')}{' -> ' + n['target'] if n.get('target') else ''})"
+            for n in grade["not_carried"][:5]
+            if isinstance(n, dict)
+        ]
     if not t.scored:
         why = f"{t.status.value}: {(t.error or '').splitlines()[0][:300] if t.error else '?'}"
         if t.n_steps == 0:
