@@ -99,7 +99,7 @@ def scan(ctx: FolderContext, ev: C.TaskEvidence) -> None:
     the hits split into leak candidates and warnings (inside the material the instruction
     names); what the oracle changed."""
     ev.tests_text = ctx.tests_text
-    ev.network_declared = str(ctx.task.metadata.get("network_mode", "none")) != "none"
+    ev.network_declared = str(ctx.task.metadata.get("network_mode", "no-network")) == "public"
     if ctx.app_dir is None:
         ev.leak_error = ctx.error
         return

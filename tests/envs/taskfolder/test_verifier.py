@@ -180,3 +180,31 @@ async def test_the_verifier_phase_has_its_own_network_policy(
     finally:
         server.close()
     assert traj.status is Status.OK and traj.reward == reached, traj.grader_failed
+
+
+@requires_bwrap
+@pytest.mark.parametrize(
+    "lock",
+    [
+        "chmod 0444 /logs/verifier/reward.txt",
+        "chmod 0555 /logs/verifier",
+        "rm -f /logs/verifier/reward.txt; mkdir /logs/verifier/reward.txt",
+        "head -c 64M /dev/zero > /app/fill; head -c 64M /dev/zero > /tmp/fill",
+    ],
+)
+async def test_a_reward_locked_in_before_test_sh_writes_it_is_not_trusted(
+    tmp_path: Path, lock: str
+) -> None:
+    """The code under test writes reward 1 and locks test.sh's own write out (read-only file or
+    directory, a directory in its place, a full disk); test.sh then fails to write its 0."""
+    test_sh = f"""
+    echo 1 > /logs/verifier/reward.txt; {lock}
+    echo 0 > /logs/verifier/reward.txt
+    """
+    path = make_task(tmp_path, test_sh=test_sh, toml="[environment]\nstorage_mb = 32\n")
+    traj = await episode(path, "noop")
+    assert traj.status is Status.OK and traj.reward == 0.0, (traj.error, traj.grader_failed)
+    if "chmod 0555" in lock:  # the directory is root's: the lock itself fails, test.sh writes 0
+        assert traj.grader_failed is None
+    else:
+        assert "may not be test.sh's" in (traj.grader_failed or ""), traj.grader_failed

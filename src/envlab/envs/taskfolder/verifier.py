@@ -5,9 +5,8 @@ by then), the task's pristine ``tests/`` read-only at ``/tests``, ``/logs/verifi
 reward, and envlab's kit read-only at ``/opt/envlab`` (see :mod:`.kit`). Its first process,
 ``verifier_run.py``, strips bytecode and program-running git settings from the view of ``/app``,
 runs ``bash /tests/test.sh``, kills what outlived it and reports how test.sh ended. Every python
-runs with safe-path semantics (``PYTHONSAFEPATH=1``, bytecode only under a prefix of the
-verifier's own); ``pytest`` runs with a session guard and
-``-p no:cacheprovider --rootdir=/tests --confcutdir=/tests``.
+runs with safe-path semantics (``PYTHONSAFEPATH=1``) and writes no bytecode; ``pytest`` runs
+with a session guard and ``-p no:cacheprovider --rootdir=/tests --confcutdir=/tests``.
 
 The one rule for a valid grade: test.sh ended on its own (no signal, within its timeout, the
 reporting process alive), every pytest session it started finished, and the reward files hold
@@ -21,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +48,6 @@ _GIT_SAFE = {
     "core.editor": "true",
     "core.sshCommand": "false",
     "core.askPass": "",
-    "diff.external": "",
     "credential.helper": "",
     "safe.directory": "*",
 }
@@ -74,7 +71,6 @@ def verifier_env(task: TaskFolder, prepared: PreparedWorkspace) -> dict[str, str
         "PYTHONNOUSERSITE": "1",
         "PYTHONSAFEPATH": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPYCACHEPREFIX": "/tmp/.pycache",
         "PYTEST_ADDOPTS": "-p no:cacheprovider --rootdir=/tests --confcutdir=/tests",
     }
 
@@ -91,36 +87,47 @@ async def run_verifier(
     ``GraderFailed`` when the grade is not valid, ``InfraError`` when the machinery failed.
     The workspace itself is left as the agent left it: grading again sees the same state."""
     timeout = task.config.verifier.timeout_sec
-    logs = scratch_dir("verify-logs-")  # collected by `envlab gc` if this process dies
+    storage_mb = task.config.environment.storage_mb
+    # no copy: /app is an overlay on the frozen workspace, the verifier's writes go to a
+    # bounded layer of its own and vanish with it (grading again sees the same state)
     try:
-        # no copy: /app is an overlay on the frozen workspace, the verifier's writes go to a
-        # bounded layer of its own and vanish with it (grading again sees the same state)
-        try:
-            box = await BubblewrapSandbox.create(
-                app_dir=workspace,
-                app_overlay=True,
-                mounts=[
-                    Mount(task.tests_dir, "/tests"),
-                    Mount(logs, LOGS, writable=True),
-                    Mount(kit.kit_dir(), kit.MOUNT),
-                ],
-                env=verifier_env(task, prepared),
-                network=network,
-                workdir=prepared.workdir,
-                limits=Limits(timeout_s=timeout, memory_bytes=memory_mb << 20),
-                name=f"verifier-{task.name}",
-            )
-        except OSError as e:  # the host, not the agent: out of space, a dead mount
-            raise InfraError(f"could not set up the verifier's sandbox: {e}") from e
-        try:
-            python = host_layout(state_dir()).python_bin
-            argv = [python, "-I", "-S", f"{kit.LIB}/verifier_run.py"]
-            res = await box.exec(argv, timeout=timeout)
-        finally:
-            await box.close()
+        box = await BubblewrapSandbox.create(
+            app_dir=workspace,
+            app_overlay=True,
+            mounts=[Mount(task.tests_dir, "/tests"), Mount(kit.kit_dir(), kit.MOUNT)],
+            env=verifier_env(task, prepared),
+            network=network,
+            workdir=prepared.workdir,
+            limits=Limits(
+                timeout_s=timeout,
+                memory_bytes=memory_mb << 20,
+                # the task's storage_mb bounds the verifier's writes too (else the overlay's)
+                **({"storage_bytes": storage_mb << 20} if storage_mb else {}),
+            ),
+            name=f"verifier-{task.name}",
+        )
+    except OSError as e:  # the host, not the agent: out of space, a dead mount
+        raise InfraError(f"could not set up the verifier's sandbox: {e}") from e
+    try:
+        logs = await asyncio.to_thread(_logs_dir, box)
+        python = host_layout(state_dir()).python_bin
+        argv = [python, "-I", "-S", f"{kit.LIB}/verifier_run.py"]
+        res = await box.exec(argv, timeout=timeout, mounts=[Mount(logs, LOGS, writable=True)])
         return judge(res, logs, timeout)
     finally:
-        await asyncio.to_thread(shutil.rmtree, logs, True)
+        await box.close()
+
+
+def _logs_dir(box: BubblewrapSandbox) -> Path:
+    """``/logs/verifier`` on the verifier's own bounded storage (code under test that fills it
+    fills only that), owned by root and open to the sandbox's uid: it cannot be made read-only
+    from inside, so test.sh's own write of the reward cannot be locked out."""
+    if box.storage is not None:
+        (logs,) = box.storage.make("logs")
+    else:
+        logs = scratch_dir("verify-logs-")
+    logs.chmod(0o777)  # not a sticky /tmp: one uid writes here
+    return logs
 
 
 def _end_report(res: ExecResult) -> dict[str, Any] | None:
@@ -187,6 +194,8 @@ def _invalid(res: ExecResult, report: dict[str, Any] | None, timeout: float) -> 
             "a pytest session ended before it finished (os._exit or a kill in the code under "
             "test), whatever exit code it left"
         )
+    if report.get("logs_problems"):
+        return "the reward may not be test.sh's: " + "; ".join(report["logs_problems"])
     if report.get("stragglers"):
         return (
             f"{report['stragglers']} process(es) started by the tests were still running when "

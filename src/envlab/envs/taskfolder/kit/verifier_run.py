@@ -21,6 +21,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -192,6 +193,37 @@ def _sessions(data: bytes) -> tuple[list[int], list[str]]:
     return unfinished, sorted(missing)[:20]
 
 
+LOGS = "/logs/verifier"
+REWARD_FILES = ("reward.txt", "reward.json", "rewards.json")
+_MIN_FREE = 1 << 20
+
+
+def _logs_problems() -> list[str]:
+    """Ways test.sh's own write of the reward may have been blocked: a reward file made
+    read-only, owned by someone else or not a regular file; the disk under it full."""
+    problems = []
+    for name in REWARD_FILES:
+        path = os.path.join(LOGS, name)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            problems.append(f"{name}: {e.strerror}")
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            problems.append(f"{name} is not a regular file")
+        elif not st.st_mode & stat.S_IWUSR or st.st_uid != os.getuid():
+            problems.append(f"{name} was made read-only (mode {stat.S_IMODE(st.st_mode):o})")
+    try:
+        vfs = os.statvfs(LOGS)
+    except OSError as e:
+        return [*problems, f"{LOGS}: {e.strerror}"]
+    if vfs.f_bavail * vfs.f_frsize < _MIN_FREE or (vfs.f_files and vfs.f_favail == 0):
+        problems.append("the verifier's disk was full, so writes of test.sh may have failed")
+    return problems
+
+
 def main() -> int:
     _no_dump()
     changed = prepare("/app")
@@ -205,12 +237,14 @@ def main() -> int:
     _, status = os.waitpid(child.pid, 0)
     stragglers = _kill_others()
     unfinished, missing = _sessions(_read_all(read_end))
+    logs_problems = _logs_problems()
     report = {
         "exit_code": os.waitstatus_to_exitcode(status),
         "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
         "stragglers": stragglers,
         "unfinished_pytest": unfinished,
         "missing_tools": missing,
+        "logs_problems": logs_problems,
         "prepared": changed[:200],
         "prepared_total": len(changed),
     }
