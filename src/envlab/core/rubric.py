@@ -71,11 +71,7 @@ class Rubric:
             value = c.fn(ctx)
             if inspect.isawaitable(value):
                 value = await value
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise GraderFailed(f"component {c.name!r} returned {value!r}, not a number")
-            s = float(value)
-            if not math.isfinite(s):
-                raise GraderFailed(f"component {c.name!r} returned {s}, not a finite number")
+            s = finite_number(value, f"the score of component {c.name!r}")
             if not 0.0 <= s <= 1.0:
                 raise GraderFailed(f"component {c.name!r} returned {s}, outside [0, 1]")
             scores[c.name] = s
@@ -96,6 +92,16 @@ class Rubric:
         return Reward(total=total, components=scores, gated_by=gated_by, details={"kinds": kinds})
 
 
+def finite_number(value: object, where: str) -> float:
+    """``value`` as a float if it is a finite int or float (not a bool); else ``GraderFailed``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise GraderFailed(f"{where} is {value!r}, not a number")
+    x = float(value)
+    if not math.isfinite(x):
+        raise GraderFailed(f"{where} is {value!r}, not a finite number")
+    return x
+
+
 def validate_reward(reward: Reward, reward_range: tuple[float, float] | None = None) -> Reward:
     """The one rule for a valid grade: the total and every component a finite number in
     ``reward_range`` (default [0, 1]); returned normalised to [0, 1]. Anything else raises
@@ -105,11 +111,7 @@ def validate_reward(reward: Reward, reward_range: tuple[float, float] | None = N
         raise GraderFailed(f"the task declares reward_range {reward_range!r}; it needs low < high")
 
     def norm(value: object, where: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise GraderFailed(f"{where} is {value!r}, not a number")
-        x = float(value)
-        if not math.isfinite(x):
-            raise GraderFailed(f"{where} is {value!r}, not a finite number")
+        x = finite_number(value, where)
         if not low - 1e-9 <= x <= high + 1e-9:
             raise GraderFailed(f"{where} is {value!r}, outside the reward range [{low}, {high}]")
         return min(1.0, max(0.0, (x - low) / (high - low)))

@@ -10,7 +10,6 @@ declared ``reward_range``.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import stat
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from envlab.core.errors import GraderFailed
-from envlab.core.rubric import Reward
+from envlab.core.rubric import Reward, finite_number
 
 REWARD_FILES = ("reward.json", "rewards.json", "reward.txt")
 MAX_REWARD_BYTES = 64 << 10
@@ -49,15 +48,6 @@ def read_small(path: Path) -> str | None:
         raise GraderFailed(f"the verifier's {path.name} is not UTF-8 text") from None
 
 
-def _number(value: object, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise GraderFailed(f"{where} is {value!r}, not a number")
-    x = float(value)
-    if not math.isfinite(x):
-        raise GraderFailed(f"{where} is {value!r}, not a finite number")
-    return x
-
-
 def _depth(value: Any, limit: int) -> bool:
     """True if ``value`` nests deeper than ``limit`` (iterative: no recursion to exhaust)."""
     stack = [(value, 0)]
@@ -79,13 +69,13 @@ def _parse_json(name: str, text: str) -> tuple[float | None, dict[str, float]]:
     except (json.JSONDecodeError, RecursionError, ValueError) as e:
         raise GraderFailed(f"{where} is not valid JSON ({e}): {text[:200]!r}") from None
     if isinstance(data, int | float) and not isinstance(data, bool):
-        return _number(data, where), {}
+        return finite_number(data, where), {}
     if not isinstance(data, dict) or not data or _depth(data, 1):
         raise GraderFailed(f"{where} must be a number or a non-empty flat object of numbers")
-    components = {str(k): _number(v, f"{where}[{k!r}]") for k, v in data.items()}
+    components = {str(k): finite_number(v, f"{where}[{k!r}]") for k, v in data.items()}
     n = len(components)
     total = components.get("reward", sum(v / n for v in components.values()))  # no overflow
-    return _number(total, f"{where} total"), components
+    return finite_number(total, f"{where} total"), components
 
 
 def _no_constant(name: str) -> float:
@@ -100,7 +90,7 @@ def _parse_txt(text: str) -> float:
         raise GraderFailed(
             f"/logs/verifier/reward.txt holds {t[:100]!r}, not a plain decimal number"
         )
-    return _number(float(t), "/logs/verifier/reward.txt")
+    return finite_number(float(t), "/logs/verifier/reward.txt")
 
 
 def read_reward_files(logs: Path) -> tuple[float, dict[str, float]]:
