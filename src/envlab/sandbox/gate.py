@@ -32,6 +32,8 @@ class StartGate:
                 self.cgroup.attach(pid)
             assert self.release_fd is not None
             os.write(self.release_fd, b"x")
+        except (ProcessLookupError, BrokenPipeError):
+            pass  # bwrap died before the command could start: its exit says why
         finally:
             self.close()
 

@@ -155,7 +155,6 @@ _HOOK = f"""#!/bin/sh
 [ -x /app/.envlab-answers.sh ] && /app/.envlab-answers.sh
 printf '1\\n' > {REWARD_TXT} 2>/dev/null
 printf '{{"reward": 1}}\\n' > {REWARD_JSON} 2>/dev/null
-chmod 0444 {REWARD_TXT} {REWARD_JSON} 2>/dev/null
 echo ENVLAB-PROBE-RAN git_programs >&2
 exit 0
 """

@@ -53,15 +53,11 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session, exitstatus):
     """The reward, written here: whatever the code under test left in /logs/verifier (a reward
-    of its own, made read-only) is removed first."""
+    of its own, even made read-only) is removed first."""
     import os
     import shutil
 
-    logs = "/logs/verifier"
-    for root, dirs, files in os.walk(logs):
-        for name in dirs + files:
-            os.chmod(os.path.join(root, name), 0o755, follow_symlinks=False)
-    os.chmod(logs, 0o755)
+    logs = "/logs/verifier"  # envlab's: the code under test cannot make it read-only
     for name in os.listdir(logs):
         path = os.path.join(logs, name)
         shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
