@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from envlab.core import StoreError
 from envlab.envs import load_env
+from envlab.rollout import TrajectoryStore
 from envlab.vet.model import EnvVet
 from envlab.vet.runner import VetConfig, vet_environment
 
@@ -69,3 +71,19 @@ async def test_partial_credit_for_echoing_the_prompt_is_trivial(tmp_path: Path) 
     assert failing(report, "trivial_strategies") == divisions
     assert {t.verdict for t in report.tasks if t.task_id in divisions} == {"trivial"}
     assert {t.verdict for t in report.tasks if t.task_id not in divisions} == {"ok"}
+
+
+async def test_a_second_vet_on_the_same_out_dir_is_refused_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "vet"
+    out.mkdir()
+    holder = TrajectoryStore(out / "trajectories.jsonl")
+    holder.open()  # another vet, still writing
+    holder.path.write_bytes(b"")
+    try:
+        with pytest.raises(StoreError, match="another process"):
+            await vet("arith", tmp_path)
+        assert (out / "trajectories.jsonl").exists(), "the other writer's file is not deleted"
+    finally:
+        holder.close()

@@ -193,6 +193,7 @@ class _Run:
     ) -> None:
         self.env, self.env_id, self.env_hash, self.cfg, self.out = env, env_id, env_hash, cfg, out
         self.store = TrajectoryStore(out / "trajectories.jsonl")
+        self.store.lock()  # a second vet on the same --out is refused before anything is lost
         self.store.path.unlink(missing_ok=True)
         self.n_episodes = self.n_infra = 0
         self._seed = cfg.seed
