@@ -208,3 +208,19 @@ async def test_a_reward_locked_in_before_test_sh_writes_it_is_not_trusted(
         assert traj.grader_failed is None
     else:
         assert "may not be test.sh's" in (traj.grader_failed or ""), traj.grader_failed
+
+
+@requires_bwrap
+async def test_a_workspace_too_deep_to_walk_is_scored_not_excluded(tmp_path: Path) -> None:
+    """A path longer than PATH_MAX in the workspace makes walking it fail on the host: that is
+    the agent's doing, so the episode is scored (0), never an infra_error."""
+    from envlab.agents.shell import ShellScriptAgent
+    from tests.envs.taskfolder.conftest import write
+
+    path = make_task(tmp_path, test_sh="echo 1 > /logs/verifier/reward.txt\n")
+    agent_sh = tmp_path / "deep.sh"
+    write(agent_sh, 'd=$(printf "x%.0s" $(seq 1 200))\n'
+                    'for i in $(seq 1 40); do mkdir "$d" && cd "$d" || break; done\n')  # fmt: skip
+    traj = await episode(path, ShellScriptAgent(agent_sh))
+    assert traj.status is Status.OK and traj.reward == 0.0, traj.error
+    assert "too long" in (traj.grader_failed or ""), traj.grader_failed

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,11 @@ LOGS = "/logs/verifier"
 _DENY_EXACT = {"PATH", "HOME", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "CDPATH"}
 _DENY_PREFIX = ("LD_", "PYTHON", "PYTEST", "PERL5", "RUBY", "NODE_OPTIONS", "JAVA_TOOL_OPTIONS")
 _DENY_PREFIX += ("GIT_", "ENVLAB_")
+# setting up the verifier failed because of the host, whatever the workspace holds
+_HOST_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.ENOMEM, errno.ENFILE,
+     errno.EMFILE, errno.ENODEV, errno.ENXIO}
+)  # fmt: skip
 # git, however it is called, runs no program named by a repository's config (the view of /app
 # has its configs rewritten too; these take command-line precedence over what remains)
 _GIT_SAFE = {
@@ -106,8 +112,11 @@ async def run_verifier(
             ),
             name=f"verifier-{task.name}",
         )
-    except OSError as e:  # the host, not the agent: out of space, a dead mount
-        raise InfraError(f"could not set up the verifier's sandbox: {e}") from e
+    except OSError as e:
+        if e.errno in _HOST_ERRNOS:  # the host, not the agent: out of space, a dead device
+            raise InfraError(f"could not set up the verifier's sandbox: {e}") from e
+        # anything else comes from what the agent left (a path too long to walk, ...)
+        raise GraderFailed(f"the agent's workspace could not be prepared for grading: {e}") from e
     try:
         logs = await asyncio.to_thread(_logs_dir, box)
         python = host_layout(state_dir()).python_bin
