@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -9,19 +10,13 @@ from envlab.core import AgentSpec, Status, StoreError, Trajectory
 from envlab.rollout import TrajectoryStore
 
 
-def traj(i: int) -> Trajectory:
-    return Trajectory(
-        episode_id=f"e{i}",
-        task_id=f"t{i}",
-        group_id="g",
-        sample_index=0,
-        reward=1.0,
-        status=Status.OK,
-        env_id="e",
-        env_hash="h",
-        seed=i,
-        agent=AgentSpec(name="a"),
-    )
+def traj(i: int, **fields: Any) -> Trajectory:
+    """Episode ``i`` of a test run; ``fields`` override the defaults (shared by the store tests)."""
+    base: dict[str, Any] = dict(
+        episode_id=f"e{i}", task_id=f"t{i}", group_id="g", sample_index=0, reward=1.0,
+        status=Status.OK, env_id="e", env_hash="h", seed=i, agent=AgentSpec(name="a"),
+    )  # fmt: skip
+    return Trajectory(**{**base, **fields})
 
 
 def write(path: Path, n: int) -> None:

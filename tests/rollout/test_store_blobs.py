@@ -6,26 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from envlab.core import AgentSpec, Status, StoreError, Trajectory
+from envlab.core import StoreError, Trajectory
 from envlab.rollout import TrajectoryStore
+from tests.rollout.test_store import traj as store_traj
 
 BIG = "Read this carefully.\n" + "the quick brown fox, é and 漢字 " * 100_000  # ~3.6 MB
 
 
 def traj(i: int, messages: list[dict[str, object]]) -> Trajectory:
-    return Trajectory(
-        episode_id=f"e{i}",
-        task_id="t",
-        group_id="g",
-        sample_index=i,
-        reward=0.0,
-        status=Status.OK,
-        env_id="e",
-        env_hash="h",
-        seed=i,
-        agent=AgentSpec(name="a"),
-        messages=messages,
-    )
+    return store_traj(i, task_id="t", sample_index=i, reward=0.0, messages=messages)
 
 
 def episode(i: int) -> list[dict[str, object]]:

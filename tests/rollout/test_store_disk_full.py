@@ -11,25 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from envlab.core import AgentSpec, Status, StoreError, Trajectory
+from envlab.core import StoreError, Trajectory
 from envlab.rollout import TrajectoryStore
 from tests.conftest import subprocess_env
+from tests.rollout.test_store import traj as store_traj
 
 
 def traj(i: int, text: str = "") -> Trajectory:
-    return Trajectory(
-        episode_id=f"e{i}",
-        task_id=f"t{i}",
-        group_id="g",
-        sample_index=0,
-        reward=1.0,
-        status=Status.OK,
-        env_id="e",
-        env_hash="h",
-        seed=i,
-        agent=AgentSpec(name="a"),
-        messages=[{"role": "assistant", "content": text or f"{i} " * 2000}],  # ~8 KB a line
-    )
+    content = text or f"{i} " * 2000  # ~8 KB a line
+    return store_traj(i, messages=[{"role": "assistant", "content": content}])
 
 
 def _mount_tmpfs(where: Path, size: str) -> bool:

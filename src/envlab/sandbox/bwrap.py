@@ -284,9 +284,8 @@ class BubblewrapSandbox(Sandbox):
         *,
         text: bool,
     ) -> tuple[bytes, ExecResult]:
-        if self._one_at_a_time is None:
-            return await self._run_one(argv, timeout, env, cwd, stdin, mounts, max_output, text)
-        async with self._one_at_a_time:  # an overlay's upper layer takes one mount at a time
+        # an overlay's upper layer takes one mount at a time
+        async with self._one_at_a_time or contextlib.nullcontext():
             return await self._run_one(argv, timeout, env, cwd, stdin, mounts, max_output, text)
 
     async def _run_one(

@@ -139,24 +139,24 @@ def _logs_dir(box: BubblewrapSandbox) -> Path:
     return logs
 
 
-def _end_report(res: ExecResult) -> dict[str, Any] | None:
-    """The report ``verifier_run.py`` printed last, if it ended on its own."""
+def _end_report(res: ExecResult) -> tuple[dict[str, Any] | None, str]:
+    """The report ``verifier_run.py`` printed last, if it ended on its own, and test.sh's
+    output before it."""
     if res.exit_code != 0 or res.timed_out:
-        return None
-    _, sep, line = res.stdout.rstrip("\n").rpartition("\n" + kit.END)
+        return None, res.stdout
+    out, sep, line = res.stdout.rstrip("\n").rpartition("\n" + kit.END)
     if not sep:
-        return None
+        return None, res.stdout
     with contextlib.suppress(json.JSONDecodeError):
         report = json.loads(line)
         if isinstance(report, dict):
-            return report
-    return None
+            return report, out
+    return None, res.stdout
 
 
 def judge(res: ExecResult, logs: Path, timeout: float) -> Reward:
     """The valid reward of one verifier run, or ``GraderFailed`` saying why there is none."""
-    report = _end_report(res)
-    out = res.stdout.rpartition("\n" + kit.END)[0] if report else res.stdout
+    report, out = _end_report(res)
     details: dict[str, Any] = {
         "verifier_exit_code": report["exit_code"] if report else None,
         "verifier_duration_s": round(res.duration_s, 3),
