@@ -1,6 +1,6 @@
 """The contract every other layer builds on. Imports nothing else from envlab."""
 
-from envlab.core.agent import Agent, EpisodeContext
+from envlab.core.agent import Agent, AgentClass, AgentFactory, EpisodeContext
 from envlab.core.clock import (
     AgentClock,
     credit_not_agent_time,
@@ -13,17 +13,22 @@ from envlab.core.environment import Environment
 from envlab.core.errors import (
     ConfigError,
     EnvlabError,
+    EpisodeOrderError,
+    EpisodeTimeExceeded,
     GraderFailed,
     InfraError,
     NotFoundError,
     StoreError,
     ToolCallError,
 )
+from envlab.core.limits import Limits
 from envlab.core.rubric import Component, Reward, Rubric, validate_reward
-from envlab.core.toolenv import ToolEnv
+from envlab.core.spec import EnvSpec, NoConfig
+from envlab.core.toolenv import GradingContext, ToolEnv
 from envlab.core.tools import ToolSpec, tool, tool_spec
 from envlab.core.trajectory import (
     AgentSpec,
+    EpisodeError,
     EpisodeRecord,
     Status,
     StepRecord,
@@ -32,25 +37,44 @@ from envlab.core.trajectory import (
     Trajectory,
 )
 from envlab.core.types import Action, Observation, StepResult, Task, TaskSet, ToolCall, ToolResult
+from envlab.core.wrappers import (
+    EpisodeTimeLimit,
+    OrderEnforcing,
+    StepLimit,
+    WrappedSpec,
+    Wrapper,
+)
 
 __all__ = [
     "Action",
     "Agent",
+    "AgentClass",
     "AgentClock",
+    "AgentFactory",
     "AgentSpec",
     "Component",
     "ConfigError",
+    "EnvSpec",
     "Environment",
     "EnvlabError",
     "EpisodeContext",
+    "EpisodeError",
+    "EpisodeOrderError",
     "EpisodeRecord",
+    "EpisodeTimeExceeded",
+    "EpisodeTimeLimit",
     "GraderFailed",
+    "GradingContext",
     "InfraError",
+    "Limits",
+    "NoConfig",
     "NotFoundError",
     "Observation",
+    "OrderEnforcing",
     "Reward",
     "Rubric",
     "Status",
+    "StepLimit",
     "StepRecord",
     "StepResult",
     "StoreError",
@@ -64,6 +88,8 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "Trajectory",
+    "WrappedSpec",
+    "Wrapper",
     "credit_not_agent_time",
     "install_agent_clock",
     "not_agent_seconds",

@@ -1,10 +1,11 @@
-"""The agent contract: ``act(observation) -> Action``, one instance per episode."""
+"""The agent contract: ``act(observation) -> Action``; a factory makes one agent per episode."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 from envlab.core.tools import ToolSpec
 from envlab.core.trajectory import AgentSpec, TokenView
@@ -29,21 +30,14 @@ class EpisodeContext:
 
 
 class Agent(ABC):
-    """A model plus a harness plus operating settings. ``spec`` says which, for every result.
+    """A model plus a harness plus operating settings, for one episode. ``spec`` says which.
 
-    The engine calls ``spawn()`` for a fresh instance per episode, then ``start(ctx)``, then
+    The engine gets a fresh one from an ``AgentFactory`` per episode, calls ``start(ctx)``, then
     ``act(observation)`` until the environment says done, then ``close()``.
     """
 
     name: ClassVar[str] = ""
     privileged: ClassVar[bool] = False
-
-    _init_args: tuple[tuple[Any, ...], dict[str, Any]]
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
-        obj = super().__new__(cls)
-        obj._init_args = (args, kwargs)
-        return obj
 
     @property
     @abstractmethod
@@ -51,12 +45,18 @@ class Agent(ABC):
         """Model, harness and settings of this agent."""
 
     async def start(self, ctx: EpisodeContext) -> None:
-        """Begin an episode."""
+        """Begin the episode."""
         return None
 
     @abstractmethod
     async def act(self, observation: Observation) -> Action:
         """The next action, given the latest observation."""
+
+    def transcript(self) -> list[dict[str, Any]] | None:
+        """The messages exactly as the model received them, in order, each model turn's reply
+        included as sent back; ``None`` for an agent without a model (the engine then records
+        the observations and actions as messages)."""
+        return None
 
     def token_view(self) -> TokenView | None:
         """Token ids, loss mask and logprobs of the episode, when the model returned them."""
@@ -65,6 +65,37 @@ class Agent(ABC):
     async def close(self) -> None:
         return None
 
-    def spawn(self) -> Self:
-        args, kwargs = self._init_args
-        return type(self)(*args, **kwargs)
+
+class AgentFactory(ABC):
+    """Makes the agent of each episode and owns what a run's agents share (a pooled HTTP
+    client, a loaded model): ``aclose()`` releases it when the run ends."""
+
+    @property
+    @abstractmethod
+    def spec(self) -> AgentSpec:
+        """The spec every agent made here records."""
+
+    @abstractmethod
+    def new_agent(self) -> Agent:
+        """A fresh agent for one episode."""
+
+    async def aclose(self) -> None:
+        """Release what the run's agents shared."""
+        return None
+
+
+class AgentClass(AgentFactory):
+    """The factory of an agent class with fixed arguments: ``AgentClass(OracleAgent)``."""
+
+    def __init__(self, make: Callable[..., Agent], *args: Any, **kwargs: Any) -> None:
+        self._make, self._args, self._kwargs = make, args, kwargs
+        self._spec: AgentSpec | None = None
+
+    @property
+    def spec(self) -> AgentSpec:
+        if self._spec is None:
+            self._spec = self.new_agent().spec
+        return self._spec
+
+    def new_agent(self) -> Agent:
+        return self._make(*self._args, **self._kwargs)

@@ -43,3 +43,12 @@ class GraderFailed(EnvlabError):
     def __init__(self, message: str, *, details: dict[str, object] | None = None) -> None:
         super().__init__(message)
         self.details = details or {}
+
+
+class EpisodeOrderError(EnvlabError):
+    """An environment was driven out of order: ``step`` before ``reset``, ``step`` after the
+    episode ended, a second ``reset`` (an environment serves one episode)."""
+
+
+class EpisodeTimeExceeded(EnvlabError):
+    """The agent's time for the episode ran out: the agent's failure (status ``timeout``)."""

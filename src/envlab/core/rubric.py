@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from envlab.core.errors import GraderFailed
+from envlab.core.errors import ConfigError, GraderFailed
 
 CheckKind = Literal["verifiable", "judge"]
 
@@ -52,12 +52,12 @@ class Rubric:
         names = [c.name for c in self.components]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
-            raise ValueError(f"rubric component names must be unique; repeated: {sorted(dup)}")
+            raise ConfigError(f"rubric component names must be unique; repeated: {sorted(dup)}")
         for c in self.components:
             if c.weight < 0:
-                raise ValueError(f"component {c.name!r} has negative weight {c.weight}")
+                raise ConfigError(f"component {c.name!r} has negative weight {c.weight}")
         if self.components and not any(c.weight > 0 and not c.gate for c in self.components):
-            raise ValueError("a rubric needs at least one non-gate component with positive weight")
+            raise ConfigError("a rubric needs at least one non-gate component with positive weight")
 
     def describe(self) -> list[dict[str, Any]]:
         return [

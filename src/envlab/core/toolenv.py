@@ -1,29 +1,45 @@
-"""``ToolEnv``: an environment whose tools are methods, checked against their own schemas."""
+"""``ToolEnv``: an episode whose tools are methods, checked against their own schemas."""
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from envlab.core.environment import Environment
-from envlab.core.errors import ToolCallError
+from envlab.core.errors import EpisodeOrderError, ToolCallError
 from envlab.core.rubric import Reward, Rubric
 from envlab.core.tools import ToolSpec, is_tool, tool_spec
 from envlab.core.types import Action, Observation, StepResult, Task, ToolCall, ToolResult
 
+if TYPE_CHECKING:
+    from envlab.core.spec import EnvSpec
+
+
+@dataclass(frozen=True, slots=True)
+class GradingContext:
+    """What rubric components see: the task, the agent's final answer, the final state and
+    every tool call of the episode; never the live environment."""
+
+    task: Task
+    final_answer: str | None
+    state: dict[str, Any] = field(default_factory=dict)
+    tool_log: tuple[dict[str, Any], ...] = ()
+
 
 class ToolEnv(Environment):
-    """A chat environment with tools.
+    """One episode of a chat environment with tools.
 
     Each step either calls tools (methods marked ``@tool``) or, with no tool calls, gives the
     final answer, which ends the episode. Steps reward 0: the episode's reward comes from
-    ``grade()``, which the engine calls after the agent stopped (outside the agent's time).
-    A malformed call (unknown tool, arguments that are not JSON, wrong types, missing arguments)
-    is answered with an error the agent can read; the
-    episode goes on and ``info["tool_errors"]`` counts it. A tool may raise ``ToolCallError``
-    for the same effect; any other exception is the environment's failure (``env_error``).
+    ``grade()``, which scores ``rubric`` on a ``GradingContext`` after the agent stopped.
+    A malformed call (unknown tool, arguments that are not JSON, wrong types, missing
+    arguments) is answered with an error the agent can read; the episode goes on and
+    ``info["tool_errors"]`` counts it. A tool may raise ``ToolCallError`` for the same effect;
+    any other exception is the environment's failure (``env_error``). Arguments are decoded
+    here, once, from what the agent sent.
 
-    Subclasses set ``rubric`` and implement ``tasks``, ``prompt`` and ``grading_context``.
+    Subclasses set ``rubric`` and may override ``prompt``, ``on_reset`` and ``state``.
     """
 
     rubric: ClassVar[Rubric]
@@ -39,7 +55,8 @@ class ToolEnv(Environment):
                 specs[spec.name] = spec
         cls._tool_specs = specs
 
-    def __init__(self) -> None:
+    def __init__(self, spec: EnvSpec | None = None) -> None:
+        self.spec = spec
         self.task: Task | None = None
         self.seed: int | None = None
         self.final_answer: str | None = None
@@ -52,10 +69,6 @@ class ToolEnv(Environment):
     def prompt(self, task: Task) -> str:
         return task.prompt
 
-    def grading_context(self) -> Any:
-        """What rubric components receive; by default the environment itself."""
-        return self
-
     async def on_reset(self, task: Task, seed: int | None) -> None:
         """Prepare per-episode state."""
         return None
@@ -66,17 +79,22 @@ class ToolEnv(Environment):
         return list(self._tool_specs.values())
 
     async def reset(self, task: Task, seed: int | None = None) -> Observation:
+        if self.task is not None:
+            raise EpisodeOrderError(
+                "reset() called twice: an environment serves one episode; ask the spec for a "
+                "fresh one (spec.new_episode())"
+            )
         self.task, self.seed = task, seed
-        self.final_answer, self.done, self.n_steps = None, False, 0
-        self.tool_log, self._reward = [], None
         await self.on_reset(task, seed)
         return Observation(text=self.prompt(task))
 
     async def step(self, action: Action) -> StepResult:
         if self.task is None:
-            raise RuntimeError("step() called before reset(); call reset(task) first")
+            raise EpisodeOrderError("step() called before reset(); call reset(task) first")
         if self.done:
-            raise RuntimeError("step() called after the episode ended; call reset() first")
+            raise EpisodeOrderError(
+                "step() called after the episode ended; start a new episode from the spec"
+            )
         self.n_steps += 1
         if not action.tool_calls:
             self.final_answer = action.text
@@ -90,13 +108,8 @@ class ToolEnv(Environment):
             results.append(result)
             if self.done:
                 break
-        truncated = not self.done and self.n_steps >= self.max_steps
         return StepResult(
-            Observation(tool_results=results),
-            0.0,
-            done=self.done,
-            truncated=truncated,
-            info={"tool_errors": errors},
+            Observation(tool_results=results), 0.0, done=self.done, info={"tool_errors": errors}
         )
 
     async def call_tool(self, call: ToolCall, default_id: str = "") -> ToolResult:
@@ -117,13 +130,18 @@ class ToolEnv(Environment):
         self.tool_log.append({"name": call.name, "arguments": kwargs, "result": content})
         return ToolResult(call_id, call.name, content)
 
+    def grading_context(self) -> GradingContext:
+        if self.task is None:
+            raise EpisodeOrderError("grade() called before reset(): there is no episode to grade")
+        return GradingContext(self.task, self.final_answer, self.state(), tuple(self.tool_log))
+
     async def grade(self) -> Reward:
         if self._reward is None:
             self._reward = await self.rubric.score(self.grading_context())
         return self._reward
 
     async def regrade(self) -> Reward:
-        """Score the rubric again on the same final answer (no cached result)."""
+        """Score the rubric again on the same final state (no cached result)."""
         return await self.rubric.score(self.grading_context())
 
     def state(self) -> dict[str, Any]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 
 
 class Status(StrEnum):
@@ -48,29 +48,73 @@ class AgentSpec(BaseModel):
 
 @dataclass(slots=True, kw_only=True)
 class TokenView:
-    """Token-level view of an episode for trainers, when the model server returns it."""
+    """The token view of an episode for trainers, stored once: the first turn's prompt, then
+    everything after it as one stream (the model's completions, ``loss_mask`` 1, and the tokens
+    the next turns' prompts added, mask 0).
+
+    ``turn_starts[k]`` is where model turn ``k``'s completion starts in
+    ``prompt_ids + completion_ids``: that prefix is exactly the prompt the model got for the
+    turn, and it re-renders from ``messages`` with the model's chat template.
+    """
 
     prompt_ids: list[int] = field(default_factory=list)
     completion_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    turn_starts: list[int] = field(default_factory=list)
+
+    def turn_prompt(self, k: int) -> list[int]:
+        """The prompt ids model turn ``k`` received."""
+        return (self.prompt_ids + self.completion_ids)[: self.turn_starts[k]]
 
 
 @dataclass(slots=True, kw_only=True)
 class StepRecord:
-    """One step. Its messages are ``messages[message_index]`` (the agent's action) and those that
-    follow it up to the next assistant message (tool results, environment text)."""
+    """One step, in its structured view (parsed from, and beside, the transcript).
+
+    ``action`` is what the environment was given (``text``, ``tool_calls`` with their raw
+    argument strings), ``observation`` what it answered (``text``, ``tool_results``).
+    ``message_index`` is the position in ``messages`` of the model reply this step came from
+    (``None`` when the agent acted without a model turn, e.g. a harness limit).
+    """
 
     index: int
-    message_index: int
+    message_index: int | None
+    action: dict[str, Any] = field(default_factory=dict)
+    observation: dict[str, Any] = field(default_factory=dict)
     reward: float = 0.0
     tool_errors: int = 0
     info: dict[str, Any] = field(default_factory=dict)
     """What the environment reported for the step."""
     action_info: dict[str, Any] = field(default_factory=dict)
-    """What the agent reported for the step (token ids, logprobs, usage, raw text)."""
+    """What the agent reported for the step (usage, finish reason, latency; no token ids)."""
     agent_s: float = 0.0
     env_s: float = 0.0
+
+
+ErrorKind = Literal["timeout", "agent", "env", "infra", "engine", "grader", "unknown"]
+
+
+@dataclass(slots=True, kw_only=True)
+class EpisodeError:
+    """Why an episode did not end ``ok``: ``kind`` (whose failure), ``phase`` (what was running:
+    ``reset``, ``start``, ``act``, ``step``, ``grade``, ``close``, ``engine``) and ``message``
+    (what happened, with the last frames of a traceback)."""
+
+    kind: ErrorKind
+    phase: str
+    message: str
+
+    def headline(self) -> str:
+        """The first line of the message."""
+        return (self.message.strip().splitlines() or [""])[0]
+
+
+def _legacy_error(value: Any) -> Any:
+    """Runs written before errors were structured stored a string."""
+    if isinstance(value, str):
+        return {"kind": "unknown", "phase": "unknown", "message": value}
+    return value
 
 
 @dataclass(slots=True, kw_only=True)
@@ -134,7 +178,7 @@ class Trajectory:
     n_steps: int = 0
     tool_errors: int = 0
     attempts: int = 1
-    error: str | None = None
+    error: Annotated[EpisodeError | None, BeforeValidator(_legacy_error)] = None
     grader_failed: str | None = None
     """Why the grade of the agent's final state was invalid twice (then ``reward`` is 0)."""
     timings: Timings = field(default_factory=Timings)
@@ -148,9 +192,6 @@ class Trajectory:
         # a value an environment or agent put in ``info`` that JSON cannot hold (a numpy scalar)
         # is written as its repr rather than losing the episode
         return _ADAPTER.dump_json(self, fallback=repr)
-
-    def to_dict(self) -> dict[str, Any]:
-        return _ADAPTER.dump_python(self, mode="json")  # type: ignore[no-any-return]
 
     def record(self) -> EpisodeRecord:
         return EpisodeRecord(
@@ -167,10 +208,6 @@ class Trajectory:
     @classmethod
     def from_json(cls, data: str | bytes) -> Trajectory:
         return _ADAPTER.validate_json(data)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
-        return _ADAPTER.validate_python(data)
 
 
 _ADAPTER: TypeAdapter[Trajectory] = TypeAdapter(Trajectory)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from envlab.core.errors import ConfigError, NotFoundError
 
 
 class Task(BaseModel):
@@ -36,7 +37,7 @@ class TaskSet(Sequence[Task]):
         seen: set[str] = set()
         for t in tasks:
             if t.id in seen:
-                raise ValueError(
+                raise ConfigError(
                     f"duplicate task id {t.id!r} in task set {name!r}; ids must be unique"
                 )
             seen.add(t.id)
@@ -53,11 +54,6 @@ class TaskSet(Sequence[Task]):
     def __iter__(self) -> Iterator[Task]:
         return iter(self._tasks)
 
-    def shuffled(self, seed: int) -> TaskSet:
-        tasks = list(self._tasks)
-        random.Random(seed).shuffle(tasks)
-        return TaskSet(tasks, seed=seed, name=self.name)
-
     def head(self, n: int | None) -> TaskSet:
         return self if n is None else TaskSet(self._tasks[:n], seed=self.seed, name=self.name)
 
@@ -66,7 +62,7 @@ class TaskSet(Sequence[Task]):
             if t.id == task_id:
                 return t
         known = ", ".join(t.id for t in self._tasks[:5])
-        raise KeyError(
+        raise NotFoundError(
             f"no task {task_id!r} in task set {self.name!r} ({len(self)} tasks: {known}"
             f"{', ...' if len(self) > 5 else ''}); check the id, --split and --seed"
         )

@@ -1,0 +1,121 @@
+"""``EnvSpec``: the definition of an environment (config, tasks, limits, identity)."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from envlab.core.environment import Environment
+from envlab.core.errors import ConfigError
+from envlab.core.limits import Limits
+from envlab.core.types import Task, TaskSet
+
+if TYPE_CHECKING:
+    from envlab.core.wrappers import Wrapper
+
+
+class NoConfig(BaseModel):
+    """The config of an environment that takes none."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EnvSpec(ABC):
+    """What an environment is: a pydantic ``Config``, its tasks, its limits, its identity.
+
+    A spec is what the CLI, the registry, vet and the trainers hold; ``new_episode()`` makes
+    the ``Environment`` of one episode (by default ``environment(self)``). ``content_hash()``
+    names the definition (code of the spec and environment classes + canonical config): equal
+    across processes and machines for the same code and config, and what ``--resume``, group
+    ids and ``compare`` match on.
+    """
+
+    id: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    version: ClassVar[str] = "1"
+    Config: ClassVar[type[BaseModel]] = NoConfig
+    environment: ClassVar[type[Environment]]
+    default_limits: ClassVar[Limits] = Limits()
+
+    def __init__(self, config: BaseModel | Mapping[str, Any] | None = None, **values: Any) -> None:
+        if isinstance(config, BaseModel):
+            config = config.model_dump()
+        try:
+            self.config = self.Config.model_validate({**(config or {}), **values})
+        except ValidationError as e:
+            raise ConfigError(
+                f"bad config for environment {self.name!r}: {_problems(e)}. "
+                f"Its fields: {', '.join(self.Config.model_fields) or '(none)'}"
+            ) from None
+
+    @property
+    def name(self) -> str:
+        """The environment's id (``env_id`` of every trajectory)."""
+        return self.id or type(self).__name__
+
+    @abstractmethod
+    def tasks(self, *, seed: int = 0, n: int | None = None, split: str = "test") -> TaskSet:
+        """The tasks of this environment, deterministic in ``seed``."""
+
+    def new_episode(self) -> Environment:
+        """A fresh ``Environment`` for one episode."""
+        return self.environment(self)  # type: ignore[call-arg]
+
+    def limits(self, task: Task) -> Limits:
+        """The limits of an episode of ``task`` (``default_limits`` unless the task says)."""
+        return self.default_limits
+
+    def code(self) -> Iterable[type]:
+        """The classes whose source defines this environment (hashed by ``content_hash``)."""
+        yield type(self)
+        env_cls = getattr(type(self), "environment", None)
+        if env_cls is not None:
+            yield env_cls
+
+    def content_hash(self) -> str:
+        """Hash of the code (every class in the MRO of ``code()``) and the canonical config."""
+        h = hashlib.sha256()
+        for cls in self.code():
+            _hash_code(h, cls)
+        h.update(canonical_json(self.config.model_dump(mode="json"), f"{self.name} config"))
+        return h.hexdigest()[:16]
+
+    def wrap(self, wrapper: type[Wrapper], **params: Any) -> EnvSpec:
+        """This spec with every episode wrapped in ``wrapper(env, **params)``; the result has
+        its own hash, which includes the wrapper's code and parameters."""
+        from envlab.core.wrappers import WrappedSpec
+
+        return WrappedSpec(self, wrapper, **params)
+
+
+def _hash_code(h: Any, cls: type) -> None:
+    for klass in cls.__mro__:
+        if klass is object or klass.__module__.startswith(("builtins", "abc", "pydantic")):
+            continue
+        try:
+            h.update(inspect.getsource(klass).encode())
+        except (OSError, TypeError):
+            h.update(f"{klass.__module__}.{klass.__qualname__}".encode())
+
+
+def canonical_json(value: Any, what: str) -> bytes:
+    """``value`` as canonical JSON (sorted keys); a value that is not JSON is a ``ConfigError``
+    (an object's address would change the hash in every process)."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    except (TypeError, ValueError) as e:
+        raise ConfigError(
+            f"{what} must be plain JSON values (numbers, strings, lists, maps) to be hashed: {e}"
+        ) from None
+
+
+def _problems(e: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or '(config)'}: {err['msg']}" for err in e.errors()
+    )

@@ -1,0 +1,208 @@
+"""Wrappers: an ``Environment`` around an ``Environment``, gymnasium-style, that compose.
+
+``StepLimit``, ``EpisodeTimeLimit`` and ``OrderEnforcing`` are the engine's own limits; a
+perturbation is a wrapper too. Wrap one episode directly (``StepLimit(env, max_steps=5)``) or
+every episode of a spec (``spec.wrap(StepLimit, max_steps=5)``), whose hash then includes the
+wrapper's code and parameters. Every method is passed on explicitly, nothing by ``__getattr__``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from envlab.core.clock import not_agent_seconds
+from envlab.core.environment import Environment
+from envlab.core.errors import ConfigError, EpisodeOrderError, EpisodeTimeExceeded
+from envlab.core.limits import Limits
+from envlab.core.rubric import Reward
+from envlab.core.spec import EnvSpec, _hash_code, canonical_json
+from envlab.core.tools import ToolSpec
+from envlab.core.types import Action, Observation, StepResult, Task, TaskSet
+
+
+class Wrapper(Environment):
+    """An environment that passes everything on to ``env``; subclasses change what they need."""
+
+    def __init__(self, env: Environment) -> None:
+        self.env = env
+
+    async def reset(self, task: Task, seed: int | None = None) -> Observation:
+        return await self.env.reset(task, seed)
+
+    async def step(self, action: Action) -> StepResult:
+        return await self.env.step(action)
+
+    def state(self) -> dict[str, Any]:
+        return self.env.state()
+
+    async def grade(self) -> Reward | None:
+        return await self.env.grade()
+
+    async def regrade(self) -> Reward | None:
+        return await self.env.regrade()
+
+    async def close(self) -> None:
+        await self.env.close()
+
+    @property
+    def tools(self) -> list[ToolSpec]:
+        return self.env.tools
+
+    def system_prompt(self) -> str | None:
+        return self.env.system_prompt()
+
+    def oracle_actions(self, task: Task) -> list[Action]:
+        return self.env.oracle_actions(task)
+
+    @property
+    def unwrapped(self) -> Environment:
+        return self.env.unwrapped
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.env!r})"
+
+
+class StepLimit(Wrapper):
+    """Truncate the episode after ``max_steps`` steps (gymnasium's ``TimeLimit``, in steps)."""
+
+    def __init__(self, env: Environment, *, max_steps: int) -> None:
+        if max_steps < 1:
+            raise ConfigError(f"StepLimit needs max_steps >= 1, got {max_steps}")
+        super().__init__(env)
+        self.max_steps = max_steps
+        self.n_steps = 0
+
+    async def reset(self, task: Task, seed: int | None = None) -> Observation:
+        self.n_steps = 0
+        return await self.env.reset(task, seed)
+
+    async def step(self, action: Action) -> StepResult:
+        result = await self.env.step(action)
+        self.n_steps += 1
+        if self.n_steps >= self.max_steps and not result.done and not result.truncated:
+            result.truncated = True
+            result.info["truncated_by"] = f"StepLimit(max_steps={self.max_steps})"
+        return result
+
+
+class EpisodeTimeLimit(Wrapper):
+    """End the episode when the agent has used ``seconds`` of its own time since ``reset``.
+
+    The time is on the agent's clock: what it waited for shared resources (``core.clock``) is
+    not counted. Checked when a step comes in: a step that arrives late raises
+    ``EpisodeTimeExceeded`` (the agent's ``timeout``) and is not applied. The episode driver
+    also stops an agent that never comes back, at the same limit.
+    """
+
+    def __init__(
+        self, env: Environment, *, seconds: float, clock: Callable[[], float] | None = None
+    ) -> None:
+        if seconds <= 0:
+            raise ConfigError(f"EpisodeTimeLimit needs seconds > 0, got {seconds}")
+        super().__init__(env)
+        self.seconds = seconds
+        self._clock = clock or _agent_seconds
+        self._started: float | None = None
+
+    async def reset(self, task: Task, seed: int | None = None) -> Observation:
+        obs = await self.env.reset(task, seed)
+        self._started = self._clock()  # building the workspace is not the agent's time
+        return obs
+
+    def elapsed(self) -> float:
+        return 0.0 if self._started is None else self._clock() - self._started
+
+    async def step(self, action: Action) -> StepResult:
+        used = self.elapsed()
+        if used > self.seconds:
+            raise EpisodeTimeExceeded(
+                f"the agent used {used:.1f}s of its time, more than the episode's "
+                f"{self.seconds}s (EpisodeTimeLimit)"
+            )
+        return await self.env.step(action)
+
+
+def _agent_seconds() -> float:
+    return time.monotonic() - not_agent_seconds()
+
+
+class OrderEnforcing(Wrapper):
+    """A clear error for a call out of order: ``step`` or ``grade`` before ``reset``, ``step``
+    after the episode ended, a second ``reset`` (an environment serves one episode)."""
+
+    def __init__(self, env: Environment) -> None:
+        super().__init__(env)
+        self._reset = False
+        self._ended = False
+
+    async def reset(self, task: Task, seed: int | None = None) -> Observation:
+        if self._reset:
+            raise EpisodeOrderError(
+                "reset() called twice: an environment serves one episode; ask the spec for a "
+                "fresh one (spec.new_episode())"
+            )
+        self._reset = True
+        return await self.env.reset(task, seed)
+
+    async def step(self, action: Action) -> StepResult:
+        if not self._reset:
+            raise EpisodeOrderError("step() called before reset(); call reset(task) first")
+        if self._ended:
+            raise EpisodeOrderError(
+                "step() called after the episode ended (done or truncated); grade() it, "
+                "close() it, and start a new episode from the spec"
+            )
+        result = await self.env.step(action)
+        self._ended = result.done or result.truncated
+        return result
+
+    async def grade(self) -> Reward | None:
+        if not self._reset:
+            raise EpisodeOrderError("grade() called before reset(): there is no episode to grade")
+        return await self.env.grade()
+
+
+class WrappedSpec(EnvSpec):
+    """A spec whose every episode is ``wrapper(inner.new_episode(), **params)``.
+
+    Tasks, config and limits are the inner spec's; the hash is the inner hash plus the
+    wrapper's code and its parameters (which must be plain JSON values).
+    """
+
+    def __init__(self, inner: EnvSpec, wrapper: type[Wrapper], **params: Any) -> None:
+        self.inner, self.wrapper, self.params = inner, wrapper, params
+        self._params_json = canonical_json(params, f"the parameters of {wrapper.__name__}")
+        self.config = inner.config
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def description(self) -> str:  # type: ignore[override]
+        return self.inner.description
+
+    def tasks(self, *, seed: int = 0, n: int | None = None, split: str = "test") -> TaskSet:
+        return self.inner.tasks(seed=seed, n=n, split=split)
+
+    def limits(self, task: Task) -> Limits:
+        return self.inner.limits(task)
+
+    def new_episode(self) -> Environment:
+        return self.wrapper(self.inner.new_episode(), **self.params)
+
+    def content_hash(self) -> str:
+        h = hashlib.sha256(self.inner.content_hash().encode())
+        _hash_code(h, self.wrapper)
+        h.update(self._params_json)
+        return h.hexdigest()[:16]
+
+    @property
+    def wrappers(self) -> list[str]:
+        """The wrappers, innermost first, with their parameters."""
+        inner = self.inner.wrappers if isinstance(self.inner, WrappedSpec) else []
+        args = ", ".join(f"{k}={v!r}" for k, v in sorted(self.params.items()))
+        return [*inner, f"{self.wrapper.__name__}({args})"]
