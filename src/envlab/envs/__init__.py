@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from envlab.core import ConfigError, Environment
+from envlab.core import ConfigError, EnvSpec
 from envlab.core.registry import Registry
 
 ENVS = Registry("envlab.envs", "environment")
 
 
-def load_env(name: str, **kwargs: Any) -> Environment:
-    """An environment by registered name, ``module:factory`` path, or the path of a task folder
-    (or of a directory of task folders), built with ``kwargs``."""
+def load_env(name: str, **kwargs: Any) -> EnvSpec:
+    """The spec of an environment by registered name, ``module:Spec`` path, or the path of a
+    task folder (or of a directory of task folders), configured with ``kwargs``."""
     if "/" in name or name.startswith(".") or Path(name).is_dir():
         path = Path(name)
         if not path.exists():
@@ -31,10 +31,11 @@ def load_env(name: str, **kwargs: Any) -> Environment:
         raise ConfigError(f"cannot build environment {name!r} with arguments {kwargs}: {e}") from e
     except ValueError as e:
         raise ConfigError(f"bad arguments for environment {name!r}: {e}") from e
-    if not isinstance(env, Environment):
+    if not isinstance(env, EnvSpec):
         raise ConfigError(
-            f"{name!r} produced a {type(env).__name__}, not an envlab Environment; "
-            "the factory must return an instance of envlab.core.Environment"
+            f"{name!r} produced a {type(env).__name__}, not an envlab EnvSpec; the entry must "
+            "be an EnvSpec subclass (or a function returning an EnvSpec): the spec defines the "
+            "environment and makes a fresh Environment per episode (docs/concepts.md)"
         )
     return env
 

@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import Literal
 
-from envlab.core import Component, Rubric, Task, TaskSet, ToolEnv
-from envlab.envs.answers import extract_number, numbers_equal
+from pydantic import BaseModel, ConfigDict, Field
+
+from envlab.core import (
+    Action,
+    Component,
+    EnvSpec,
+    GradingContext,
+    Limits,
+    Rubric,
+    Task,
+    TaskSet,
+    ToolEnv,
+)
+from envlab.envs.answers import extract_number, format_number, numbers_equal
 
 NAMES = ["Ava", "Ben", "Chen", "Dara", "Eli", "Fatima", "Gus", "Hana", "Ivan", "Jon", "Kira", "Lee"]
 ITEMS = ["apple", "book", "marble", "sticker", "pencil", "card", "coin", "shell", "stamp", "egg"]
@@ -97,37 +110,52 @@ def _level3(r: random.Random) -> Problem:
 LEVELS: dict[int, Callable[[random.Random], Problem]] = {1: _level1, 2: _level2, 3: _level3}
 
 
-def _correct(env: ArithEnv) -> float:
+SYSTEM_PROMPT = "Solve the problem. End with 'The answer is N.' where N is a number."
+
+
+def _correct(ctx: GradingContext) -> float:
     """The agent's final number is the answer; text copied from the problem is not a number of
     the agent's (an echo of "gave away 15" is not the answer 15)."""
-    assert env.task is not None
-    got = extract_number(env.final_answer, not_from=[env.task.prompt, env.system_prompt()])
-    return float(numbers_equal(got, float(env.task.answer)))
+    got = extract_number(ctx.final_answer, not_from=[ctx.task.prompt, SYSTEM_PROMPT])
+    return float(numbers_equal(got, float(ctx.task.answer)))
 
 
-class ArithEnv(ToolEnv):
-    """Arithmetic word problems; the reward is 1 for the right final number, else 0."""
+class ArithEpisode(ToolEnv):
+    """One arithmetic word problem; the reward is 1 for the right final number, else 0."""
+
+    rubric = Rubric([Component("correct", _correct, description="final number matches")])
+
+    def system_prompt(self) -> str:
+        return SYSTEM_PROMPT
+
+    def oracle_actions(self, task: Task) -> list[Action]:
+        return [Action(text=f"The answer is {format_number(float(task.answer))}.")]
+
+
+class ArithConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    level: Literal[1, 2, 3] | None = None
+    """One level of difficulty, or all three in turn."""
+    size: int = Field(1000, ge=1)
+
+
+class ArithEnv(EnvSpec):
+    """Seeded arithmetic word problems in 3 levels, answered in one step."""
 
     id = "arith"
     description = "Seeded arithmetic word problems, 3 levels; exact answer, tolerant parsing."
-    max_steps = 1
-    rubric = Rubric([Component("correct", _correct, description="final number matches")])
-
-    def __init__(self, level: int | None = None, size: int = 1000) -> None:
-        super().__init__()
-        if level is not None and level not in LEVELS:
-            raise ValueError(f"arith level must be one of {sorted(LEVELS)}, got {level!r}")
-        if size < 1:
-            raise ValueError(f"arith size must be >= 1, got {size}")
-        self.level = level
-        self.size = size
+    Config = ArithConfig
+    environment = ArithEpisode
+    default_limits = Limits(max_steps=1)
+    config: ArithConfig
 
     def tasks(self, *, seed: int = 0, n: int | None = None, split: str = "test") -> TaskSet:
-        count = self.size if n is None else n
+        count = self.config.size if n is None else n
         tasks = []
         for i in range(count):
             r = random.Random(f"arith:{split}:{seed}:{i}")
-            level = self.level or (i % 3) + 1
+            level = self.config.level or (i % 3) + 1
             text, answer = LEVELS[level](r)
             tasks.append(
                 Task(
@@ -139,6 +167,3 @@ class ArithEnv(ToolEnv):
                 )
             )
         return TaskSet(tasks, seed=seed, name=self.id)
-
-    def system_prompt(self) -> str:
-        return "Solve the problem. End with 'The answer is N.' where N is a number."

@@ -3,8 +3,24 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
-from envlab.core import Action, Component, Rubric, Task, TaskSet, ToolCall, ToolCallError, ToolEnv
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from envlab.core import (
+    Action,
+    Component,
+    ConfigError,
+    EnvSpec,
+    GradingContext,
+    Limits,
+    Rubric,
+    Task,
+    TaskSet,
+    ToolCall,
+    ToolCallError,
+    ToolEnv,
+)
 from envlab.core.tools import tool
 from envlab.envs.answers import extract_number, format_number, numbers_equal
 
@@ -51,33 +67,34 @@ def _make_problem(
     return expr[1:-1] if n_ops else expr, value, steps
 
 
-def _answer(env: CalcEnv) -> float | None:
+SYSTEM_PROMPT = (
+    "You are a careful calculator user. Call the tools add, sub, mul and div to do every "
+    "arithmetic step. After the last step, reply with only the final number."
+)
+
+
+def _answer(ctx: GradingContext) -> float | None:
     """The agent's final number; text it copied from the prompt (the expression) is not one."""
-    assert env.task is not None
-    return extract_number(env.final_answer, not_from=[env.task.prompt, env.system_prompt()])
+    return extract_number(ctx.final_answer, not_from=[ctx.task.prompt, SYSTEM_PROMPT])
 
 
-def _correct(env: CalcEnv) -> float:
-    assert env.task is not None
-    return float(numbers_equal(_answer(env), float(env.task.answer)))
+def _correct(ctx: GradingContext) -> float:
+    return float(numbers_equal(_answer(ctx), float(ctx.task.answer)))
 
 
-def _computed_with_tools(env: CalcEnv) -> float:
+def _computed_with_tools(ctx: GradingContext) -> float:
     """1 if a tool call produced the final answer: the agent computed it, it did not guess."""
-    got = _answer(env)
+    got = _answer(ctx)
     return float(
         got is not None
-        and any(numbers_equal(got, r) for r in env.results)
-        and numbers_equal(got, float(env.task.answer if env.task else "nan"))
+        and any(numbers_equal(got, r) for r in ctx.state["results"])
+        and numbers_equal(got, float(ctx.task.answer))
     )
 
 
-class CalcEnv(ToolEnv):
-    """Compute an expression with ``add/sub/mul/div`` tools, then answer with the number."""
+class CalcEpisode(ToolEnv):
+    """One expression to compute with ``add/sub/mul/div`` tools, answered with the number."""
 
-    id = "calc"
-    description = "Reach a target with add/sub/mul/div tools; answer + tool-use reward."
-    max_steps = 12
     rubric = Rubric(
         [
             Component("correct", _correct, weight=0.8, description="final number is the target"),
@@ -90,40 +107,15 @@ class CalcEnv(ToolEnv):
         ]
     )
 
-    def __init__(self, min_ops: int = 1, max_ops: int = 3, size: int = 1000) -> None:
-        super().__init__()
-        if not 1 <= min_ops <= max_ops:
-            raise ValueError(f"need 1 <= min_ops <= max_ops, got {min_ops}, {max_ops}")
-        self.min_ops, self.max_ops, self.size = min_ops, max_ops, size
+    def __init__(self, spec: EnvSpec | None = None) -> None:
+        super().__init__(spec)
         self.results: list[float] = []
 
-    async def on_reset(self, task: Task, seed: int | None) -> None:
-        self.results = []
-
-    def tasks(self, *, seed: int = 0, n: int | None = None, split: str = "test") -> TaskSet:
-        tasks = []
-        for i in range(self.size if n is None else n):
-            r = random.Random(f"calc:{split}:{seed}:{i}")
-            expr, value, steps = _make_problem(r, r.randint(self.min_ops, self.max_ops))
-            tasks.append(
-                Task(
-                    id=f"calc-{split}-{seed}-{i:05d}",
-                    prompt=(
-                        f"Compute {expr} using the calculator tools (one tool call per operation). "
-                        "When you have the result, reply with just the final number."
-                    ),
-                    answer=value,
-                    metadata={"expression": expr, "steps": steps, "n_ops": len(steps)},
-                    split=split,
-                )
-            )
-        return TaskSet(tasks, seed=seed, name=self.id)
+    def state(self) -> dict[str, Any]:
+        return {**super().state(), "results": list(self.results)}
 
     def system_prompt(self) -> str:
-        return (
-            "You are a careful calculator user. Call the tools add, sub, mul and div to do every "
-            "arithmetic step. After the last step, reply with only the final number."
-        )
+        return SYSTEM_PROMPT
 
     def oracle_actions(self, task: Task) -> list[Action]:
         actions = [
@@ -177,3 +169,48 @@ class CalcEnv(ToolEnv):
         if b == 0:
             raise ToolCallError("division by zero; b must not be 0")
         return self._record(a / b)
+
+
+class CalcConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_ops: int = Field(1, ge=1)
+    max_ops: int = Field(3, ge=1)
+    size: int = Field(1000, ge=1)
+
+    @model_validator(mode="after")
+    def _ops_in_order(self) -> CalcConfig:
+        if self.min_ops > self.max_ops:
+            raise ConfigError(f"need min_ops <= max_ops, got {self.min_ops}, {self.max_ops}")
+        return self
+
+
+class CalcEnv(EnvSpec):
+    """Compute an expression with ``add/sub/mul/div`` tools, then answer with the number."""
+
+    id = "calc"
+    description = "Reach a target with add/sub/mul/div tools; answer + tool-use reward."
+    Config = CalcConfig
+    environment = CalcEpisode
+    default_limits = Limits(max_steps=12)
+    config: CalcConfig
+
+    def tasks(self, *, seed: int = 0, n: int | None = None, split: str = "test") -> TaskSet:
+        cfg = self.config
+        tasks = []
+        for i in range(cfg.size if n is None else n):
+            r = random.Random(f"calc:{split}:{seed}:{i}")
+            expr, value, steps = _make_problem(r, r.randint(cfg.min_ops, cfg.max_ops))
+            tasks.append(
+                Task(
+                    id=f"calc-{split}-{seed}-{i:05d}",
+                    prompt=(
+                        f"Compute {expr} using the calculator tools (one tool call per operation). "
+                        "When you have the result, reply with just the final number."
+                    ),
+                    answer=value,
+                    metadata={"expression": expr, "steps": steps, "n_ops": len(steps)},
+                    split=split,
+                )
+            )
+        return TaskSet(tasks, seed=seed, name=self.id)

@@ -1,11 +1,21 @@
-"""The async engine: episodes, groups, concurrency, timeouts, retries, the trajectory store."""
+"""The async engine: the one episode driver, runs into a run directory, timeouts, retries."""
 
-from envlab.rollout.episode import EpisodeConfig, EpisodeHooks, episode_ids, run_episode
+from envlab.rollout.driver import (
+    PlannedEpisode,
+    episode_ids,
+    episode_ids_in_group,
+    group_id,
+    run_episode,
+    run_episodes,
+    watch,
+)
+from envlab.rollout.episode import EpisodeConfig, EpisodeHooks
 from envlab.rollout.runner import (
     RUN_FILE,
     TRAJECTORIES_FILE,
     RolloutResult,
     RunInfo,
+    RunObserver,
     load_run_info,
     rollout,
 )
@@ -16,11 +26,17 @@ __all__ = [
     "TRAJECTORIES_FILE",
     "EpisodeConfig",
     "EpisodeHooks",
+    "PlannedEpisode",
     "RolloutResult",
     "RunInfo",
+    "RunObserver",
     "TrajectoryStore",
     "episode_ids",
+    "episode_ids_in_group",
+    "group_id",
     "load_run_info",
     "rollout",
     "run_episode",
+    "run_episodes",
+    "watch",
 ]

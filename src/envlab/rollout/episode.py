@@ -1,25 +1,40 @@
-"""One episode, from reset to grade, with timeouts, error attribution and infra retries."""
+"""One attempt at one episode: reset, steps, grade, close; limits, timeouts, error attribution.
+
+``Attempt.run()`` is the whole story in order; each phase is a method. Who was running when
+something failed decides whose failure it is (``EpisodeError.kind``): the agent's (``agent``,
+``timeout``), the environment's (``env``) or the machinery's (``infra``, ``engine``). Cancellation
+by a deadline and by the caller is handled in one place (``_failed``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import time
 import traceback
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from envlab.core import (
+    Action,
     Agent,
     AgentSpec,
     Environment,
+    EnvSpec,
     EpisodeContext,
+    EpisodeError,
+    EpisodeTimeExceeded,
+    EpisodeTimeLimit,
     InfraError,
+    Limits,
+    Observation,
+    OrderEnforcing,
     Reward,
     Status,
+    StepLimit,
     StepRecord,
+    StepResult,
     Task,
     Timings,
     Trajectory,
@@ -32,16 +47,12 @@ from envlab.rollout.grading import grade_episode
 
 @dataclass(frozen=True, slots=True)
 class EpisodeConfig:
-    """Limits of one episode and how infra failures are retried."""
+    """How a run treats its episodes: the user's limit overrides and infra retries.
 
-    step_timeout: float | None = 60.0
-    episode_timeout: float | None = 600.0
-    grade_timeout: float | None = 600.0
-    reset_timeout: float | None = 900.0
-    """Limit of ``reset`` (building a workspace, starting a sandbox): not the agent's time; past
-    it the episode is ``infra_error``."""
-    max_steps: int | None = None
-    """Overrides the environment's own ``max_steps`` when set."""
+    The limits of an episode are ``overrides.over(spec.limits(task))``: the task's own
+    limits, with what the user set explicitly on top (the one policy)."""
+
+    overrides: Limits = field(default_factory=Limits.overrides)
     wait_timeout: float | None = 3600.0
     """The longest an attempt may wait in all for shared resources (a model's queue, a rate
     limit's backoff, a sandbox starting: ``core.clock.not_agent_time``), time that is not on
@@ -49,6 +60,13 @@ class EpisodeConfig:
     overloaded)."""
     max_retries: int = 2
     retry_backoff: float = 0.05
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "overrides": self.overrides.model_dump(exclude_unset=True),
+            "wait_timeout": self.wait_timeout,
+            "max_retries": self.max_retries,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,325 +82,343 @@ class EpisodeHooks:
     after_grade: Callable[[Environment, Reward | None], Awaitable[dict[str, Any]]] | None = None
 
 
-async def _hook(aw: Awaitable[dict[str, Any]]) -> dict[str, Any]:
-    try:
-        return await aw
-    except Exception as e:
-        return {"hook_error": _describe(e)}
-
-
-def _describe(e: BaseException) -> str:
+def describe_exception(e: BaseException) -> str:
     tb = traceback.format_exception(type(e), e, e.__traceback__, limit=-3)
     return f"{type(e).__name__}: {e}\n" + "".join(tb[-3:])
 
 
-def group_id(env_id: str, env_hash: str, task_id: str, run_seed: int) -> str:
-    """The id shared by every sample of one task in one run (a GRPO group)."""
-    key = f"{env_id}\0{env_hash}\0{task_id}\0{run_seed}".encode()
-    return hashlib.sha256(key).hexdigest()[:16]
-
-
-def episode_ids_in_group(group: str, sample: int) -> tuple[str, str, int]:
-    """``(episode_id, group_id, seed)`` of sample ``sample`` of a group; deterministic."""
-    seed = (int(group[8:16], 16) ^ (sample * 0x9E3779B1)) & 0xFFFFFFFF
-    return f"{group}-{sample}", group, seed
-
-
-def episode_ids(
-    env_id: str, env_hash: str, task_id: str, run_seed: int, sample: int
-) -> tuple[str, str, int]:
-    """Deterministic ``(episode_id, group_id, seed)``: the same run gives the same ids on resume."""
-    return episode_ids_in_group(group_id(env_id, env_hash, task_id, run_seed), sample)
-
-
-async def run_episode(
-    env_proto: Environment,
-    agent_proto: Agent,
-    task: Task,
-    sample_index: int,
-    *,
-    env_id: str,
-    env_hash: str,
-    agent_spec: AgentSpec,
-    run_seed: int = 0,
-    config: EpisodeConfig | None = None,
-    ids: tuple[str, str, int] | None = None,
-    hooks: EpisodeHooks | None = None,
-) -> Trajectory:
-    """Run one episode; retry it on ``infra_error`` up to ``config.max_retries`` times.
-
-    ``ids`` are the episode's ``(episode_id, group_id, seed)`` when the caller computed them.
-    """
-    cfg = config or EpisodeConfig()
-    episode_id, group_id, seed = ids or episode_ids(
-        env_id, env_hash, task.id, run_seed, sample_index
-    )
-    attempt = 0
-    while True:
-        attempt += 1
-        traj = await _attempt(env_proto, agent_proto, agent_spec, task, seed, cfg, hooks)
-        if traj.status is not Status.INFRA_ERROR or attempt > cfg.max_retries:
-            break
-        await asyncio.sleep(cfg.retry_backoff * 2 ** (attempt - 1))
-    traj.episode_id, traj.group_id, traj.sample_index = episode_id, group_id, sample_index
-    traj.env_id, traj.env_hash, traj.agent, traj.attempts = env_id, env_hash, agent_spec, attempt
-    return traj
-
-
-_NO_AGENT = AgentSpec(name="")
-
-
-async def _attempt(
-    env_proto: Environment,
-    agent_proto: Agent,
-    agent_spec: AgentSpec,
-    task: Task,
-    seed: int,
-    cfg: EpisodeConfig,
-    hooks: EpisodeHooks | None = None,
-) -> Trajectory:
-    """One try at the episode; ``run_episode`` fills in the ids and the agent spec."""
-    clock = time.perf_counter
-    started, t0 = time.time(), clock()
-    dl = deadlines()
-    me = asyncio.current_task()
-    assert me is not None, "run_episode must run inside an asyncio task"
-    messages: list[dict[str, Any]] = []
-    steps: list[StepRecord] = []
-    status, error = Status.OK, None
-    agent_s = env_s = grade_s = 0.0
-    step_rewards = 0.0
-    tool_errors = 0
-    reward: Reward | None = None
-    env: Environment | None = None
-    agent: Agent | None = None
-    info: dict[str, Any] = {}
-    # who is running right now, to attribute an exception: "env", "agent" or "engine"
-    phase = "engine"
-    stage = "reset"  # what the episode is doing, for a timeout's message: reset, start, steps
-    # waiting for shared resources stops the step and episode clocks (core.clock)
-    agent_clock = dl.agent_clock(me, wait_limit=cfg.wait_timeout)
-    clock_token = install_agent_clock(agent_clock)
-    try:
-        dl.set(me, cfg.reset_timeout, _RESET)
-        phase = "agent"
-        agent = agent_proto.spawn()
-        phase = "env"
-        env = env_proto.spawn()
-        max_steps = cfg.max_steps or env.max_steps
-        ts = clock()
-        obs = await env.reset(task, seed)
-        if hooks is not None and hooks.after_reset is not None:
-            info["after_reset"] = await _hook(hooks.after_reset(env))
-        system = env.system_prompt()
-        # hidden data goes only to an agent whose recorded spec says it is privileged
-        privileged = agent_spec.privileged
-        ctx = EpisodeContext(
-            task_id=task.id,
-            prompt=obs.text,
-            tools=env.tools,
-            seed=seed,
-            system_prompt=system,
-            task=task if privileged else None,
-            oracle_actions=env.oracle_actions(task) if privileged else None,
-        )
-        phase = "engine"
-        if system:
-            messages.append({"role": "system", "content": system})
-        messages.extend(obs.to_messages())
-        tm = clock()
-        env_s += tm - ts
-        # the agent's time starts now: building the workspace is not the agent's time
-        agent_clock.start()
-        episode_deadline = dl.set(me, cfg.episode_timeout, _EPISODE, pausable=True)
-        phase, stage = "agent", "start"
-        await agent.start(ctx)
-        agent_s += clock() - tm
-        stage = "steps"
-        for index in range(max_steps):
-            if cfg.step_timeout is not None:
-                dl.set(
-                    me,
-                    cfg.step_timeout,
-                    _STEP,
-                    cap=episode_deadline,
-                    cap_reason=_EPISODE,
-                    pausable=True,
-                )
-            ts = clock()
-            phase = "agent"
-            action = await agent.act(obs)
-            tm = clock()
-            phase = "env"
-            result = await env.step(action)
-            te = clock()
-            phase = "engine"
-            agent_s += tm - ts
-            env_s += te - tm
-            obs = result.observation
-            n_err = result.info.get("tool_errors", 0)
-            tool_errors += n_err
-            step_rewards += result.reward
-            steps.append(
-                StepRecord(
-                    index=index,
-                    message_index=len(messages),
-                    reward=result.reward,
-                    tool_errors=n_err,
-                    info=result.info,
-                    action_info=action.info,
-                    agent_s=tm - ts,
-                    env_s=te - tm,
-                )
-            )
-            messages.append(action.to_message())
-            if obs.tool_results or obs.text:
-                messages.extend(obs.to_messages())
-            if result.done:
-                break
-            if result.truncated:
-                status = Status.TRUNCATED
-                break
-        else:
-            status = Status.TRUNCATED
-    except asyncio.CancelledError:
-        reason = dl.expired(me)
-        if reason is None:  # a real cancellation (shutdown, Ctrl-C): release, then go on with it
-            await _close_quietly(env, agent)
-            raise
-        me.uncancel()
-        status, error = _timed_out(reason, cfg, len(steps), _doing(stage, phase), agent_clock)
-    except Exception as e:
-        reason = dl.expired(me)  # the party may have turned our cancellation into its own error
-        if reason is not None:
-            me.uncancel()
-            status, error = _timed_out(reason, cfg, len(steps), _doing(stage, phase), agent_clock)
-        elif isinstance(e, InfraError):  # transport or sandbox: never the party's fault
-            status, error = Status.INFRA_ERROR, _describe(e)
-        elif phase == "env":
-            status, error = Status.ENV_ERROR, _describe(e)
-        elif phase == "agent":
-            status, error = Status.AGENT_ERROR, _describe(e)
-        else:  # a bug in the engine is infrastructure, not the agent's failure
-            status, error = Status.INFRA_ERROR, "engine: " + _describe(e)
-    finally:
-        agent_clock.close()
-        reset_agent_clock(clock_token)
-        if dl.clear(me):
-            await dl.absorb(me)
-
-    grader_failed: str | None = None
-    if env is not None and status.scored:
-        ts = clock()
-        try:
-            reward, grader_failed = await grade_episode(
-                env, task, step_rewards, cfg.grade_timeout, me
-            )
-            if reward.details:  # the verifier's exit code and output tail, why it failed
-                info["grade"] = reward.details
-        except asyncio.CancelledError:
-            await _close_quietly(env, agent)
-            raise
-        except InfraError as e:  # the grading machinery itself failed: not the agent's
-            status, error = Status.INFRA_ERROR, "grader: " + _describe(e)
-        grade_s = clock() - ts
-    if env is not None and hooks is not None and hooks.after_grade is not None:
-        info["after_grade"] = await _hook(hooks.after_grade(env, reward))
-    for party, closer in ((env, "env"), (agent, "agent")):
-        if party is None:
-            continue
-        try:
-            await party.close()
-        except Exception as e:  # a failed close loses nothing already recorded
-            error = (error + "\n" if error else "") + f"{closer}.close(): {_describe(e)}"
-    token_view = None
-    scored = status.scored
-    if agent is not None and scored:
-        try:
-            token_view = agent.token_view()
-        except Exception as e:
-            error = (error + "\n" if error else "") + f"agent.token_view(): {_describe(e)}"
-    duration = clock() - t0
-    return Trajectory(
-        episode_id="",
-        task_id=task.id,
-        group_id="",
-        sample_index=0,
-        reward=reward.total if (reward is not None and scored) else None,
-        status=status,
-        env_id="",
-        env_hash="",
-        seed=seed,
-        agent=_NO_AGENT,
-        components=reward.components if (reward is not None and scored) else {},
-        gated_by=reward.gated_by if reward is not None else None,
-        messages=messages,
-        steps=steps,
-        tokens=token_view,
-        n_steps=len(steps),
-        tool_errors=tool_errors,
-        error=error,
-        grader_failed=grader_failed if scored else None,
-        info=info,
-        timings=Timings(
-            started_at=started,
-            ended_at=started + duration,
-            duration_s=duration,
-            agent_s=agent_s,
-            env_s=env_s,
-            grade_s=grade_s,
-            waited_s=agent_clock.waited_s,
-        ),
-    )
-
-
-_EPISODE, _STEP, _RESET = "episode", "step", "reset"
+def wrap_for_limits(env: Environment, limits: Limits) -> Environment:
+    """The engine's own limits, as wrappers: order checks outside, then steps, then time."""
+    if limits.episode_timeout_s is not None:
+        env = EpisodeTimeLimit(env, seconds=limits.episode_timeout_s)
+    if limits.max_steps is not None:
+        env = StepLimit(env, max_steps=limits.max_steps)
+    return OrderEnforcing(env)
 
 
 _DOING = {
-    ("reset", "env"): "the environment was resetting",
-    ("reset", "agent"): "the agent was being created",
-    ("start", "agent"): "the agent was starting",
-    ("steps", "agent"): "the agent was acting",
-    ("steps", "env"): "the environment was stepping",
+    "reset": "the environment was resetting",
+    "start": "the agent was starting",
+    "act": "the agent was acting",
+    "step": "the environment was stepping",
 }
+_KIND_OF_PHASE = {"reset": "env", "step": "env", "start": "agent", "act": "agent"}
 
 
-def _doing(stage: str, phase: str) -> str:
-    return _DOING.get((stage, phase), "the engine was between steps")
+class Attempt:
+    """One try at an episode; ``run_episode`` retries it on ``infra_error`` and fills in ids."""
 
+    def __init__(
+        self,
+        spec: EnvSpec,
+        make_agent: Callable[[], Agent],
+        agent_spec: AgentSpec,
+        task: Task,
+        seed: int,
+        limits: Limits,
+        config: EpisodeConfig,
+        hooks: EpisodeHooks | None = None,
+    ) -> None:
+        self.spec, self.make_agent, self.agent_spec = spec, make_agent, agent_spec
+        self.task, self.seed, self.limits, self.cfg, self.hooks = task, seed, limits, config, hooks
+        self.env: Environment | None = None
+        self.agent: Agent | None = None
+        self.messages: list[dict[str, Any]] = []
+        self.steps: list[StepRecord] = []
+        self.status, self.error = Status.OK, None
+        self.info: dict[str, Any] = {}
+        self.phase = "engine"  # what runs now: reset, start, act, step, engine
+        self.agent_s = self.env_s = 0.0
+        self.step_rewards = 0.0
+        self.tool_errors = 0
+        self._engine_index: list[int] = []  # where each step's action is in self.messages
 
-def _timed_out(
-    reason: str, cfg: EpisodeConfig, step_index: int, doing: str, clock: EpisodeClock
-) -> tuple[Status, str]:
-    """The status and message of a fired deadline: which limit, its value, and what was
-    running. Only the agent's own limits (step, episode) are its failure."""
-    where = f"while {doing}"
-    waited = (
-        f" ({clock.waited_s:.1f}s of waiting for shared resources not counted)"
-        if clock.waited_s >= 0.05
-        else ""
-    )
-    if reason == _RESET:
-        return (
-            Status.INFRA_ERROR,
-            f"reset took longer than reset_timeout={cfg.reset_timeout}s {where}",
+    async def run(self) -> Trajectory:
+        started, t0 = time.time(), time.perf_counter()
+        me = asyncio.current_task()
+        assert me is not None, "an episode must run inside an asyncio task"
+        dl = deadlines()
+        clock = dl.agent_clock(me, wait_limit=self.cfg.wait_timeout)
+        token = install_agent_clock(clock)
+        try:
+            await self._play(me, clock)
+        except asyncio.CancelledError:
+            if dl.expired(me) is None:  # a real cancellation (shutdown, Ctrl-C): release, go on
+                await _close_quietly(self.env, self.agent)
+                raise
+            me.uncancel()
+            self._timed_out(dl.expired(me) or "", clock)
+        except Exception as e:
+            self._failed(e, me, clock)
+        finally:
+            clock.close()
+            reset_agent_clock(token)
+            if dl.clear(me):
+                await dl.absorb(me)
+        reward, grader_failed, grade_s = await self._grade(me)
+        await self._finish(reward)
+        duration = time.perf_counter() - t0
+        timings = Timings(
+            started_at=started,
+            ended_at=started + duration,
+            duration_s=duration,
+            agent_s=self.agent_s,
+            env_s=self.env_s,
+            grade_s=grade_s,
+            waited_s=clock.waited_s,
         )
-    if reason.startswith(WAIT):
-        return Status.INFRA_ERROR, (
-            f"waited longer than wait_timeout={cfg.wait_timeout}s in all for shared resources "
-            f"(last: {reason.removeprefix(WAIT)}) at step {step_index} {where}: the machinery "
-            "is overloaded, not the agent slow; run fewer episodes at once (--concurrency) "
-            "or give the model more capacity"
+        return self._trajectory(reward, grader_failed, timings)
+
+    # --- the phases ---------------------------------------------------------------------------
+    async def _play(self, me: asyncio.Task[Any], clock: EpisodeClock) -> None:
+        obs, ctx = await self._reset(me)
+        t = time.perf_counter()
+        clock.start()  # the agent's time starts now: building the workspace was not its time
+        lim = self.limits
+        dl = deadlines()
+        episode_deadline = dl.set(me, lim.episode_timeout_s, "episode", pausable=True)
+        self.phase = "start"
+        assert self.agent is not None
+        await self.agent.start(ctx)
+        self.agent_s += time.perf_counter() - t
+        while True:
+            if lim.step_timeout_s is not None:
+                dl.set(
+                    me,
+                    lim.step_timeout_s,
+                    "step",
+                    cap=episode_deadline,
+                    cap_reason="episode",
+                    pausable=True,
+                )
+            result = await self._step(obs)
+            obs = result.observation
+            if result.done:
+                return
+            if result.truncated:
+                self.status = Status.TRUNCATED
+                return
+
+    async def _reset(self, me: asyncio.Task[Any]) -> tuple[Observation, EpisodeContext]:
+        deadlines().set(me, self.limits.reset_timeout_s, "reset")
+        t = time.perf_counter()
+        self.phase = "start"
+        self.agent = self.make_agent()
+        self.phase = "reset"
+        self.env = env = wrap_for_limits(self.spec.new_episode(), self.limits)
+        obs = await env.reset(self.task, self.seed)
+        if self.hooks is not None and self.hooks.after_reset is not None:
+            self.info["after_reset"] = await _hook(self.hooks.after_reset(env))
+        system = env.system_prompt()
+        privileged = self.agent_spec.privileged  # hidden data only to a privileged agent
+        ctx = EpisodeContext(
+            task_id=self.task.id,
+            prompt=obs.text,
+            tools=env.tools,
+            seed=self.seed,
+            system_prompt=system,
+            task=self.task if privileged else None,
+            oracle_actions=env.oracle_actions(self.task) if privileged else None,
         )
-    if reason == _STEP:
-        return Status.TIMEOUT, (
-            f"step {step_index} took longer than step_timeout={cfg.step_timeout}s {where}{waited}"
+        self.phase = "engine"
+        if system:
+            self.messages.append({"role": "system", "content": system})
+        self.messages.extend(obs.to_messages())
+        self.env_s += time.perf_counter() - t
+        return obs, ctx
+
+    async def _step(self, obs: Observation) -> StepResult:
+        assert self.agent is not None and self.env is not None
+        ts = time.perf_counter()
+        self.phase = "act"
+        action = await self.agent.act(obs)
+        tm = time.perf_counter()
+        self.phase = "step"
+        result = await self.env.step(action)
+        te = time.perf_counter()
+        self.phase = "engine"
+        self.agent_s += tm - ts
+        self.env_s += te - tm
+        self._record(action, result, tm - ts, te - tm)
+        return result
+
+    def _record(self, action: Action, result: StepResult, agent_s: float, env_s: float) -> None:
+        n_err = result.info.get("tool_errors", 0)
+        self.tool_errors += n_err
+        self.step_rewards += result.reward
+        obs = result.observation
+        self._engine_index.append(len(self.messages))
+        self.steps.append(
+            StepRecord(
+                index=len(self.steps),
+                message_index=action.info.pop("message_index", None),
+                action={
+                    "text": action.text,
+                    "tool_calls": [
+                        {"id": c.id, "name": c.name, "arguments": c.arguments}
+                        for c in action.tool_calls
+                    ],
+                },
+                observation={
+                    "text": obs.text,
+                    "tool_results": [
+                        {**r.to_message(), "is_error": r.is_error} for r in obs.tool_results
+                    ],
+                },
+                reward=result.reward,
+                tool_errors=n_err,
+                info=result.info,
+                action_info=action.info,
+                agent_s=agent_s,
+                env_s=env_s,
+            )
         )
-    return Status.TIMEOUT, (
-        f"the episode took longer than episode_timeout={cfg.episode_timeout}s, at step "
-        f"{step_index} {where}{waited}"
-    )
+        self.messages.append(action.to_message())
+        self.messages.extend(obs.to_messages())
+
+    async def _grade(self, me: asyncio.Task[Any]) -> tuple[Reward | None, str | None, float]:
+        if self.env is None or not self.status.scored:
+            return None, None, 0.0
+        t = time.perf_counter()
+        try:
+            reward, grader_failed = await grade_episode(
+                self.env, self.task, self.step_rewards, self.limits.grade_timeout_s, me
+            )
+        except asyncio.CancelledError:
+            await _close_quietly(self.env, self.agent)
+            raise
+        except InfraError as e:  # the grading machinery itself failed: not the agent's
+            self.status = Status.INFRA_ERROR
+            self.error = EpisodeError(kind="infra", phase="grade", message=describe_exception(e))
+            return None, None, time.perf_counter() - t
+        if reward.details:  # the verifier's exit code and output tail, why it failed
+            self.info["grade"] = reward.details
+        return reward, grader_failed, time.perf_counter() - t
+
+    async def _finish(self, reward: Reward | None) -> None:
+        """The after-grade hook, then close both parties; a failed close loses nothing."""
+        if self.env is not None and self.hooks is not None and self.hooks.after_grade is not None:
+            self.info["after_grade"] = await _hook(self.hooks.after_grade(self.env, reward))
+        problems: list[str] = []
+        for party, name in ((self.env, "env"), (self.agent, "agent")):
+            if party is None:
+                continue
+            try:
+                await party.close()
+            except Exception as e:
+                problems.append(f"{name}.close(): {describe_exception(e)}")
+        if problems:
+            self.info["close_errors"] = problems
+
+    # --- failures -----------------------------------------------------------------------------
+    def _failed(self, e: Exception, me: asyncio.Task[Any], clock: EpisodeClock) -> None:
+        reason = deadlines().expired(me)  # the party may have turned our cancel into its error
+        if reason is not None:
+            me.uncancel()
+            self._timed_out(reason, clock)
+            return
+        message = describe_exception(e)
+        if isinstance(e, EpisodeTimeExceeded):
+            self.status = Status.TIMEOUT
+            self.error = EpisodeError(kind="timeout", phase=self.phase, message=message)
+        elif isinstance(e, InfraError):  # transport or sandbox: never the party's fault
+            self.status = Status.INFRA_ERROR
+            self.error = EpisodeError(kind="infra", phase=self.phase, message=message)
+        elif self.phase in _KIND_OF_PHASE:
+            kind = _KIND_OF_PHASE[self.phase]
+            self.status = Status.ENV_ERROR if kind == "env" else Status.AGENT_ERROR
+            self.error = EpisodeError(kind=kind, phase=self.phase, message=message)  # type: ignore[arg-type]
+        else:  # a bug in the engine is infrastructure, not the agent's failure
+            self.status = Status.INFRA_ERROR
+            self.error = EpisodeError(kind="engine", phase="engine", message=message)
+
+    def _timed_out(self, reason: str, clock: EpisodeClock) -> None:
+        """Which limit fired, its value and what was running; only the agent's own limits
+        (step, episode) are its failure."""
+        lim, n = self.limits, len(self.steps)
+        where = f"while {_DOING.get(self.phase, 'the engine was between steps')}"
+        waited = (
+            f" ({clock.waited_s:.1f}s of waiting for shared resources not counted)"
+            if clock.waited_s >= 0.05
+            else ""
+        )
+        status, kind = Status.TIMEOUT, "timeout"
+        if reason == "reset":
+            status, kind = Status.INFRA_ERROR, "infra"
+            msg = f"reset took longer than reset_timeout_s={lim.reset_timeout_s}s {where}"
+        elif reason.startswith(WAIT):
+            status, kind = Status.INFRA_ERROR, "infra"
+            msg = (
+                f"waited longer than wait_timeout={self.cfg.wait_timeout}s in all for shared "
+                f"resources (last: {reason.removeprefix(WAIT)}) at step {n} {where}: the "
+                "machinery is overloaded, not the agent slow; run fewer episodes at once "
+                "(--concurrency) or give the model more capacity"
+            )
+        elif reason == "step":
+            msg = f"step {n} took longer than step_timeout_s={lim.step_timeout_s}s {where}{waited}"
+        else:
+            msg = (
+                f"the episode took longer than episode_timeout_s={lim.episode_timeout_s}s, at "
+                f"step {n} {where}{waited}"
+            )
+        self.status = status
+        self.error = EpisodeError(kind=kind, phase=self.phase, message=msg)  # type: ignore[arg-type]
+
+    # --- the record ---------------------------------------------------------------------------
+    def _trajectory(
+        self, reward: Reward | None, grader_failed: str | None, timings: Timings
+    ) -> Trajectory:
+        scored = self.status.scored
+        messages, tokens = self.messages, None
+        if self.agent is not None:
+            transcript = self._ask_agent("transcript", self.agent.transcript)
+            if transcript is not None:
+                messages = transcript  # what the model received: the on-policy record
+            else:  # no model: the observations and actions are the transcript
+                for step, index in zip(self.steps, self._engine_index, strict=True):
+                    step.message_index = index
+            if scored:
+                tokens = self._ask_agent("token_view", self.agent.token_view)
+        valid = reward is not None and scored
+        return Trajectory(
+            episode_id="",
+            task_id=self.task.id,
+            group_id="",
+            sample_index=0,
+            reward=reward.total if valid else None,  # type: ignore[union-attr]
+            status=self.status,
+            env_id="",
+            env_hash="",
+            seed=self.seed,
+            agent=self.agent_spec,
+            components=reward.components if valid else {},  # type: ignore[union-attr]
+            gated_by=reward.gated_by if reward is not None else None,
+            messages=messages,
+            steps=self.steps,
+            tokens=tokens,
+            n_steps=len(self.steps),
+            tool_errors=self.tool_errors,
+            error=self.error,
+            grader_failed=grader_failed if scored else None,
+            info=self.info,
+            timings=timings,
+        )
+
+    def _ask_agent(self, what: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception as e:  # a broken record loses nothing else
+            self.info.setdefault("agent_record_errors", []).append(
+                f"agent.{what}(): {describe_exception(e)}"
+            )
+            return None
+
+
+async def _hook(aw: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return await aw
+    except Exception as e:
+        return {"hook_error": describe_exception(e)}
 
 
 async def _close_quietly(env: Environment | None, agent: Agent | None) -> None:

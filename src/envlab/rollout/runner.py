@@ -2,32 +2,30 @@
 
 from __future__ import annotations
 
-import asyncio
 import errno
-import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
 from envlab import __version__
 from envlab.core import (
-    Agent,
+    AgentFactory,
     AgentSpec,
     ConfigError,
-    Environment,
+    EnvSpec,
     EpisodeRecord,
     Status,
     StoreError,
-    Task,
     TaskSet,
+    Trajectory,
 )
-from envlab.rollout.episode import EpisodeConfig, episode_ids_in_group, group_id, run_episode
-from envlab.rollout.progress import RolloutProgress
+from envlab.rollout.driver import PlannedEpisode, episode_ids_in_group, group_id, run_episodes
+from envlab.rollout.episode import EpisodeConfig
 from envlab.rollout.store import TrajectoryStore
 
 RUN_FILE = "run.json"
@@ -88,9 +86,17 @@ def load_run_info(run_dir: Path) -> RunInfo:
         raise StoreError(f"{path} is corrupt ({str(e)[:200]}); it cannot be resumed") from None
 
 
+class RunObserver(Protocol):
+    """Sees a run's progress (the CLI draws a bar with it; the engine draws nothing)."""
+
+    def started(self, total: int, existing: list[EpisodeRecord]) -> None: ...
+
+    def finished(self, record: EpisodeRecord) -> None: ...
+
+
 async def rollout(
-    env: Environment,
-    agent: Agent,
+    spec: EnvSpec,
+    agent: AgentFactory,
     tasks: TaskSet,
     *,
     out_dir: str | Path,
@@ -98,32 +104,24 @@ async def rollout(
     concurrency: int = 8,
     seed: int = 0,
     resume: bool = False,
-    env_id: str | None = None,
-    episode_config: EpisodeConfig | None = None,
-    progress: bool = True,
-    pass_threshold: float = 1.0,
+    config: EpisodeConfig | None = None,
+    observer: RunObserver | None = None,
     command: list[str] | None = None,
 ) -> RolloutResult:
     """Run ``tasks x samples`` episodes into ``out_dir``; with ``resume``, only the missing ones.
 
     The run directory is locked for the whole run: a second writer (two ``--resume`` at once)
-    is refused with a ``StoreError`` naming this process's pid."""
+    is refused with a ``StoreError`` naming this process's pid. The caller that made ``agent``
+    closes it (``await agent.aclose()``)."""
     if samples < 1:
         raise ConfigError(f"--samples must be >= 1, got {samples}")
     if concurrency < 1:
         raise ConfigError(f"--concurrency must be >= 1, got {concurrency}")
     if len(tasks) == 0:
         raise ConfigError("the task set is empty; ask for at least one task (--tasks N)")
-    if agent.privileged != agent.spec.privileged:
-        raise ConfigError(
-            f"agent {agent.spec.name!r}: its class says privileged={agent.privileged} but its "
-            f"spec says {agent.spec.privileged}; they must agree, so that results of agents that "
-            "read hidden answers are never reported as skill"
-        )
-    cfg = episode_config or EpisodeConfig()
+    cfg = config or EpisodeConfig()
     run_dir = Path(out_dir)
-    env_id = env_id or env.id or type(env).__name__
-    info = _run_info(env, env_id, agent.spec, tasks, seed, samples, concurrency, cfg, command)
+    info = _run_info(spec, agent.spec, tasks, seed, samples, concurrency, cfg, command)
     store = TrajectoryStore(run_dir / TRAJECTORIES_FILE)
     store.lock()  # before reading anything: what we read stays true until we are done
     try:
@@ -134,27 +132,32 @@ async def rollout(
         existing = [t for t in existing if t.episode_id in done_ids]
         todo = []
         for task in tasks:
-            group = group_id(env_id, info.env_hash, task.id, seed)
+            group = group_id(info.env_id, info.env_hash, task.id, seed)
             for s in range(samples):
                 ids = episode_ids_in_group(group, s)
                 if ids[0] not in done_ids:
-                    todo.append((task, s, ids))
+                    todo.append(PlannedEpisode(task, s, ids, agent))
         total = len(tasks) * samples
+        if observer is not None:
+            observer.started(total, existing)
+        records: list[EpisodeRecord] = []
+
+        def keep(planned: PlannedEpisode, traj: Trajectory) -> None:
+            store.append(traj)
+            rec = traj.record()
+            records.append(rec)
+            if observer is not None:
+                observer.finished(rec)
+
         t0 = time.perf_counter()
-        with (
-            store,
-            RolloutProgress(
-                total, done=total - len(todo), pass_threshold=pass_threshold, enabled=progress
-            ) as bar,
-        ):
-            bar.seed_from(existing)
-            results = await _run_todo(env, agent, info, cfg, todo, store, bar, concurrency)
+        with store:
+            await run_episodes(spec, todo, config=cfg, concurrency=concurrency, on_trajectory=keep)
     finally:
         store.close()
     return RolloutResult(
         run_dir=run_dir,
         info=info,
-        records=[*existing, *results],
+        records=[*existing, *records],
         new_episodes=len(todo),
         skipped_episodes=total - len(todo),
         elapsed_s=time.perf_counter() - t0,
@@ -163,8 +166,7 @@ async def rollout(
 
 
 def _run_info(
-    env: Environment,
-    env_id: str,
+    env: EnvSpec,
     spec: AgentSpec,
     tasks: TaskSet,
     seed: int,
@@ -176,9 +178,9 @@ def _run_info(
     return RunInfo(
         command=command if command is not None else list(sys.argv),
         envlab_version=__version__,
-        env_id=env_id,
+        env_id=env.name,
         env_hash=env.content_hash(),
-        env_config=json.loads(json.dumps(env.config, default=str)),
+        env_config=env.config.model_dump(mode="json"),
         agent=spec,
         seed=seed,
         samples=samples,
@@ -186,7 +188,7 @@ def _run_info(
         task_set_hash=tasks.content_hash(),
         task_ids=[t.id for t in tasks],
         concurrency=concurrency,
-        episode_config=asdict(cfg),
+        episode_config=cfg.describe(),
         created_at=time.time(),
     )
 
@@ -235,56 +237,3 @@ def _write_run_info(run_dir: Path, info: RunInfo) -> None:
             f"cannot write {path}: {what}. Free some space (or fix the directory), then run "
             "again (with --resume if it holds episodes)."
         ) from e
-
-
-async def _run_todo(
-    env: Environment,
-    agent: Agent,
-    info: RunInfo,
-    cfg: EpisodeConfig,
-    todo: list[tuple[Task, int, tuple[str, str, int]]],
-    store: TrajectoryStore,
-    bar: RolloutProgress,
-    concurrency: int,
-) -> list[EpisodeRecord]:
-    """Run ``todo`` on ``concurrency`` workers, appending each trajectory as it ends."""
-    results: list[EpisodeRecord] = []
-    work = iter(todo)
-
-    async def worker() -> None:
-        for task, s, ids in work:
-            traj = await run_episode(
-                env,
-                agent,
-                task,
-                s,
-                env_id=info.env_id,
-                env_hash=info.env_hash,
-                agent_spec=info.agent,
-                run_seed=info.seed,
-                config=cfg,
-                ids=ids,
-            )
-            store.append(traj)
-            rec = traj.record()
-            results.append(rec)
-            bar.update(rec)
-
-    # a TaskGroup: if a worker fails, the others are cancelled (and close their episodes)
-    try:
-        async with asyncio.TaskGroup() as group:
-            for _ in range(min(concurrency, max(len(todo), 1))):
-                group.create_task(worker())
-    except BaseExceptionGroup as eg:
-        raise _first_cause(eg) from eg
-    return results
-
-
-def _first_cause(eg: BaseExceptionGroup) -> BaseException:
-    """The error that stopped the workers (a full disk, say), not the group wrapping it."""
-    for e in eg.exceptions:
-        if isinstance(e, BaseExceptionGroup):
-            return _first_cause(e)
-        if not isinstance(e, asyncio.CancelledError):
-            return e
-    return eg

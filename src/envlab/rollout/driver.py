@@ -1,0 +1,155 @@
+"""The one episode driver: a plan of episodes in, trajectories out. ``eval``, ``vet`` and
+``task run|check`` all run their episodes here."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from envlab.core import AgentFactory, ConfigError, EnvSpec, Status, Task, Trajectory
+from envlab.rollout.episode import Attempt, EpisodeConfig, EpisodeHooks
+
+
+def group_id(env_id: str, env_hash: str, task_id: str, run_seed: int) -> str:
+    """The id shared by every sample of one task in one run (a GRPO group)."""
+    key = f"{env_id}\0{env_hash}\0{task_id}\0{run_seed}".encode()
+    return hashlib.sha256(key).hexdigest()[:16]
+
+
+def episode_ids_in_group(group: str, sample: int) -> tuple[str, str, int]:
+    """``(episode_id, group_id, seed)`` of sample ``sample`` of a group; deterministic."""
+    seed = (int(group[8:16], 16) ^ (sample * 0x9E3779B1)) & 0xFFFFFFFF
+    return f"{group}-{sample}", group, seed
+
+
+def episode_ids(
+    env_id: str, env_hash: str, task_id: str, run_seed: int, sample: int
+) -> tuple[str, str, int]:
+    """Deterministic ``(episode_id, group_id, seed)``: the same run gives the same ids on resume."""
+    return episode_ids_in_group(group_id(env_id, env_hash, task_id, run_seed), sample)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedEpisode:
+    """One episode of a plan: which task, which sample, which agent, its ids and extras."""
+
+    task: Task
+    sample_index: int
+    ids: tuple[str, str, int]
+    """``(episode_id, group_id, seed)``."""
+    agent: AgentFactory
+    max_retries: int | None = None
+    """Retries after ``infra_error``; ``None``: the run's ``EpisodeConfig.max_retries``."""
+    hooks: EpisodeHooks | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    """Copied into ``trajectory.info`` (e.g. vet's ``{"probe": "oracle"}``)."""
+
+
+_watchers: list[Callable[[Trajectory], None]] = []
+
+
+@contextlib.contextmanager
+def watch(callback: Callable[[Trajectory], None]) -> Iterator[None]:
+    """Call ``callback(trajectory)`` for every episode the driver finishes meanwhile."""
+    _watchers.append(callback)
+    try:
+        yield
+    finally:
+        _watchers.remove(callback)
+
+
+async def run_episode(
+    spec: EnvSpec,
+    planned: PlannedEpisode,
+    *,
+    config: EpisodeConfig | None = None,
+    env_hash: str | None = None,
+) -> Trajectory:
+    """Run one planned episode; retry it on ``infra_error``; fill in its ids and identity."""
+    cfg = config or EpisodeConfig()
+    task = planned.task
+    episode_id, group, seed = planned.ids
+    agent_spec = planned.agent.spec
+    limits = cfg.overrides.over(spec.limits(task))
+    retries = cfg.max_retries if planned.max_retries is None else planned.max_retries
+    attempt = 0
+    while True:
+        attempt += 1
+        traj = await Attempt(
+            spec, planned.agent.new_agent, agent_spec, task, seed, limits, cfg, planned.hooks
+        ).run()
+        if traj.status is not Status.INFRA_ERROR or attempt > retries:
+            break
+        await asyncio.sleep(cfg.retry_backoff * 2 ** (attempt - 1))
+    traj.episode_id, traj.group_id, traj.sample_index = episode_id, group, planned.sample_index
+    traj.env_id, traj.env_hash = spec.name, env_hash or spec.content_hash()
+    traj.attempts = attempt
+    if planned.info:
+        traj.info.update(planned.info)
+    for callback in tuple(_watchers):
+        callback(traj)
+    return traj
+
+
+async def run_episodes(
+    spec: EnvSpec,
+    episodes: Iterable[PlannedEpisode],
+    *,
+    config: EpisodeConfig | None = None,
+    concurrency: int = 8,
+    on_trajectory: Callable[[PlannedEpisode, Trajectory], None] | None = None,
+) -> list[Trajectory]:
+    """Run ``episodes`` on ``concurrency`` workers; ``on_trajectory`` sees each as it ends.
+
+    Returns the trajectories in plan order. If ``on_trajectory`` raises (a full disk), the
+    other episodes are cancelled, close what they hold, and the error propagates."""
+    if concurrency < 1:
+        raise ConfigError(f"--concurrency must be >= 1, got {concurrency}")
+    plan = list(episodes)
+    await _check_privileges(plan)
+    env_hash = spec.content_hash()
+    results: list[Trajectory | None] = [None] * len(plan)
+    work = iter(enumerate(plan))
+
+    async def worker() -> None:
+        for i, planned in work:
+            traj = await run_episode(spec, planned, config=config, env_hash=env_hash)
+            results[i] = traj
+            if on_trajectory is not None:
+                on_trajectory(planned, traj)
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(min(concurrency, max(len(plan), 1))):
+                group.create_task(worker())
+    except BaseExceptionGroup as eg:
+        raise _first_cause(eg) from eg
+    return [t for t in results if t is not None]
+
+
+async def _check_privileges(plan: list[PlannedEpisode]) -> None:
+    """An agent that reads hidden answers must say so in its spec, so that its results are
+    never reported as skill."""
+    for factory in {id(p.agent): p.agent for p in plan}.values():
+        agent = factory.new_agent()
+        await agent.close()
+        if agent.privileged != factory.spec.privileged:
+            raise ConfigError(
+                f"agent {factory.spec.name!r}: its class says privileged={agent.privileged} but "
+                f"its spec says {factory.spec.privileged}; they must agree, so that results of "
+                "agents that read hidden answers are never reported as skill"
+            )
+
+
+def _first_cause(eg: BaseExceptionGroup) -> BaseException:
+    """The error that stopped the workers (a full disk, say), not the group wrapping it."""
+    for e in eg.exceptions:
+        if isinstance(e, BaseExceptionGroup):
+            return _first_cause(e)
+        if not isinstance(e, asyncio.CancelledError):
+            return e
+    return eg
