@@ -1,4 +1,8 @@
-"""Reading tool calls out of model text, and writing them Hermes-style."""
+"""Reading tool calls out of model text, and writing them Hermes-style.
+
+A call's ``arguments`` are the JSON text as the model wrote it (decoded once, later, by the
+environment), never a decoded dict.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +31,9 @@ def test_hermes_blocks_and_text_around_them() -> None:
     text = 'I will add.\n<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n</tool_call>\n'
     parsed = parse_tool_calls(text)
     assert parsed.content == "I will add."
-    assert [(c.name, c.arguments, c.format) for c in parsed.calls] == [("add", {"a": 1}, "hermes")]
+    assert [(c.name, c.arguments, c.format) for c in parsed.calls] == [
+        ("add", '{"a": 1}', "hermes")
+    ]
 
 
 def test_several_calls_list_and_unclosed_block() -> None:
@@ -38,10 +44,10 @@ def test_several_calls_list_and_unclosed_block() -> None:
     )
     calls = parse_tool_calls(text).calls
     assert [(c.name, c.arguments) for c in calls] == [
-        ("a", {}),
-        ("b", {"x": 1}),
-        ("c", {}),
-        ("d", {"y": 2}),
+        ("a", "{}"),
+        ("b", '{"x": 1}'),
+        ("c", "{}"),
+        ("d", '{"y": 2}'),
     ]
 
 
@@ -73,6 +79,28 @@ def test_fenced_and_bare_json() -> None:
     assert broken.calls[0].name == "add" and isinstance(broken.calls[0].arguments, str)
 
 
+def test_arguments_are_the_text_as_written() -> None:
+    args = '{"b" :  3,\n "a":1.50, "s": "\\u00e9 \\"}\\""}'
+    for text in (
+        f'<tool_call>{{"name": "add", "arguments": {args}}}</tool_call>',
+        f'```json\n{{"arguments": {args}, "name": "add"}}\n```',
+        f'Let me: {{"name": "add", "arguments": {args}}} ok',
+        f'[{{"name": "add", "arguments": {args}}}]',
+    ):
+        (call,) = parse_tool_calls(text).calls
+        assert call.arguments == args, text
+        assert json.loads(call.arguments) == {"b": 3, "a": 1.5, "s": 'é "}"'}
+    # not an object: the text goes on as written, for the environment to say what is wrong
+    (listed,) = parse_tool_calls(
+        '<tool_call>{"name": "add", "arguments": [1, 2]}</tool_call>'
+    ).calls
+    assert listed.arguments == "[1, 2]"
+    wrapped = parse_tool_calls(
+        '{"type": "function", "function": {"name": "add", "arguments": {"a":1}}}'
+    )
+    assert wrapped.calls[0].name == "add" and wrapped.calls[0].arguments == '{"a":1}'
+
+
 def test_plain_answers_are_not_calls() -> None:
     for text in ("42", "The answer is 42.", '{"answer": 42}', "```\nprint(1)\n```", ""):
         parsed = parse_tool_calls(text)
@@ -82,7 +110,13 @@ def test_plain_answers_are_not_calls() -> None:
 def test_render_round_trip() -> None:
     text = render_tool_call("add", '{"a": 1}')
     assert text == '<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n</tool_call>'
-    assert parse_tool_calls(text).calls[0].arguments == {"a": 1}
+    assert parse_tool_calls(text).calls[0].arguments == '{"a": 1}'
+    # text arguments render as written: a model's own call comes back as it wrote it
+    odd = '{ "b":3,"a" :1.50 }'
+    assert render_tool_call("add", odd) == (
+        f'<tool_call>\n{{"name": "add", "arguments": {odd}}}\n</tool_call>'
+    )
+    assert parse_tool_calls(render_tool_call("add", odd)).calls[0].arguments == odd
     prompt = render_tools_prompt([ADD])
     assert "<tools>\n" + json.dumps(ADD) in prompt
     assert '{"name": "add", "arguments": {"a": 2}}' in prompt  # the example call

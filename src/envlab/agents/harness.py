@@ -4,24 +4,29 @@ Each ``act`` sends the conversation so far to the model and turns its reply into
 
 - tool calls come from the reply's native ``tool_calls`` or, failing that, from its text
   (``<tool_call>{json}</tool_call>``, a fenced JSON block, a bare JSON object; see
-  ``envlab.models.toolcalls``); a call with broken JSON goes to the environment as it is, with
-  string arguments, and the environment's error message comes back to the model;
+  ``envlab.models.toolcalls``); each goes to the environment with its arguments as the text the
+  model wrote, which the environment decodes (once); broken JSON gets an error message back;
 - a reply with no tool call is the final answer;
-- tool results go back as ``tool`` messages (``tool_call_id``), other observations as ``user``.
+- tool results go back as ``tool`` messages (``tool_call_id``), other observations as ``user``;
+  in text mode (a server without tools) results go back as ``<tool_response>`` user turns and
+  the model's replies as the text it wrote, tags included.
+
+The messages sent are the one record: ``transcript()`` returns them exactly as the model
+received them, in order (the system prompt with the harness's instructions and, in text mode,
+the tools block), each reply as it was sent back; each ``Action`` names the message it came
+from in ``info["message_index"]``.
 
 Limits per episode (turns, completion tokens, time) end the episode with the text so far as
-the answer and ``info["harness_stop"]`` naming the limit. The time limit is on the agent's clock:
-time spent waiting for the model's queue or a rate limit (``core.clock``) is not counted. The
-model's token ids and logprobs, when the server returns them, add up to the episode's
-``TokenView``.
+the answer and ``info["harness_stop"]`` naming the limit (no model turn: no message index). The
+time limit is on the agent's clock: time spent waiting for the model's queue or a rate limit
+(``core.clock``) is not counted. The model's token ids and logprobs, when the server returns
+them, are kept once, in the episode's ``TokenView`` (``token_view()``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -30,6 +35,7 @@ from envlab.core import (
     Agent,
     AgentSpec,
     EpisodeContext,
+    EpisodeOrderError,
     Observation,
     TokenView,
     ToolCall,
@@ -85,6 +91,7 @@ class _TokenLog:
     completion: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] | None = field(default_factory=list)
+    turn_starts: list[int] = field(default_factory=list)
     broken: str | None = None
 
     def add(self, turn: int, reply: ModelReply) -> None:
@@ -109,6 +116,7 @@ class _TokenLog:
                 "(the conversation was re-rendered differently)"
             )
             return
+        self.turn_starts.append(len(p))
         self.completion += extra + list(c)
         self.mask += [0] * len(extra) + [1] * len(c)
         if self.logprobs is not None and lps is not None:
@@ -123,28 +131,19 @@ class _TokenLog:
             completion_ids=self.completion,
             loss_mask=self.mask,
             logprobs=self.logprobs or [],
+            turn_starts=self.turn_starts,
         )
 
 
-def _to_tool_call(name: str, arguments: Any, call_id: str) -> ToolCall:
-    if isinstance(arguments, str):
-        try:
-            decoded = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
-            decoded = None
-        if isinstance(decoded, dict):
-            arguments = decoded
-    return ToolCall(name, arguments, id=call_id)
-
-
 class ToolCallingHarness(Agent):
-    """An agent made of a chat model (``OpenAICompatModel``) and the tool-calling loop."""
+    """An agent made of a chat model (``OpenAICompatModel``) and the tool-calling loop, for one
+    episode. The model client is the factory's (one per episode, over a shared pool)."""
 
     name = HARNESS_NAME
 
     def __init__(
         self,
-        model: Callable[[], OpenAICompatModel],
+        model: OpenAICompatModel,
         *,
         agent_name: str,
         model_id: str,
@@ -153,15 +152,15 @@ class ToolCallingHarness(Agent):
         limits: HarnessLimits | None = None,
         settings: HarnessSettings | None = None,
     ) -> None:
-        self._make_model = model
+        self._model = model
         self.agent_name = agent_name
         self.model_id = model_id
         self.endpoint = endpoint
         self.weights_hash = weights_hash
         self.limits = limits or HarnessLimits()
         self.settings = settings or HarnessSettings()
-        self._model: OpenAICompatModel | None = None
-        self._probe = model()  # settings of the model client, for the spec
+        self._spec: AgentSpec | None = None
+        self._started = False
         self._reset()
 
     def _reset(self) -> None:
@@ -177,22 +176,27 @@ class ToolCallingHarness(Agent):
 
     @property
     def spec(self) -> AgentSpec:
-        s = self.settings
-        sampling: dict[str, Any] = self._probe.sampling.to_dict()
+        if self._spec is None:
+            self._spec = self._make_spec()
+        return self._spec
+
+    def _make_spec(self) -> AgentSpec:
+        s, model = self.settings, self._model
+        sampling: dict[str, Any] = model.sampling.to_dict()
         if "seed" not in sampling and s.seed_from_episode:
             sampling["seed"] = "episode seed + turn"
         if s.required_tool_turns:
             sampling["tool_choice"] = f"required for the first {s.required_tool_turns} turn(s)"
         if s.parallel_tool_calls is not None:
             sampling["parallel_tool_calls"] = s.parallel_tool_calls
-        if self._probe.logprobs:
+        if model.logprobs:
             sampling["logprobs"] = True
         harness = f"{HARNESS_NAME}/{s.tool_mode}"
         if s.instructions != DEFAULT_INSTRUCTIONS:
             digest = hashlib.sha256(s.instructions.encode()).hexdigest()[:12]
             harness += f"+instructions:{digest}"
         limits = asdict(self.limits)
-        limits.update(timeout_s=self._probe.timeout_s, max_retries=self._probe.retry.max_retries)
+        limits.update(timeout_s=model.timeout_s, max_retries=model.retry.max_retries)
         return AgentSpec(
             name=self.agent_name,
             model_id=self.model_id,
@@ -206,7 +210,7 @@ class ToolCallingHarness(Agent):
 
     async def start(self, ctx: EpisodeContext) -> None:
         self._reset()
-        self._model = self._make_model()
+        self._started = True
         self._seed = ctx.seed
         self._tools = [t.to_openai() for t in ctx.tools]
         parts = [p for p in (ctx.system_prompt, self.settings.instructions) if p]
@@ -224,34 +228,38 @@ class ToolCallingHarness(Agent):
         if observation.text:
             self._messages.append({"role": "user", "content": observation.text})
 
-    def _stop(self, reason: str) -> Action:
-        return Action(text=self._last_text, info={"harness_stop": reason})
+    def _limit_hit(self, elapsed: float) -> str | None:
+        lim = self.limits
+        if self._turn >= lim.max_turns:
+            return f"max_turns ({lim.max_turns})"
+        if self._tokens >= lim.max_tokens:
+            return f"max_tokens ({lim.max_tokens})"
+        if elapsed >= lim.max_time_s:
+            return f"max_time_s ({lim.max_time_s})"
+        return None
 
     async def act(self, observation: Observation) -> Action:
-        assert self._model is not None, "act() before start()"
-        self._observe(observation)
-        lim = self.limits
+        if not self._started:
+            raise EpisodeOrderError("act() called before start(ctx); start the episode first")
         elapsed = self._elapsed()
-        if self._turn >= lim.max_turns:
-            return self._stop(f"max_turns ({lim.max_turns})")
-        if self._tokens >= lim.max_tokens:
-            return self._stop(f"max_tokens ({lim.max_tokens})")
-        if elapsed >= lim.max_time_s:
-            return self._stop(f"max_time_s ({lim.max_time_s})")
-        s = self.settings
+        stop = self._limit_hit(elapsed)
+        if stop is not None:  # no model turn: the observation is never sent
+            return Action(text=self._last_text, info={"harness_stop": stop})
+        self._observe(observation)
+        s, model, lim = self.settings, self._model, self.limits
         native = s.tool_mode == "native" and bool(self._tools)
-        per_turn = self._model.sampling.max_tokens
+        per_turn = model.sampling.max_tokens
         left = lim.max_tokens - self._tokens
         seed = None
-        if self._model.sampling.seed is None and s.seed_from_episode:
+        if model.sampling.seed is None and s.seed_from_episode:
             seed = (self._seed + self._turn) & 0x7FFFFFFF
         waited = not_agent_seconds()
-        reply = await self._model.chat(
+        reply = await model.chat(
             self._messages,
             tools=self._tools if native else None,
             tool_choice="required" if native and self._turn < s.required_tool_turns else None,
             parallel_tool_calls=s.parallel_tool_calls if native else None,
-            timeout_s=min(self._model.timeout_s, lim.max_time_s - elapsed),
+            timeout_s=min(model.timeout_s, lim.max_time_s - elapsed),
             max_tokens=min(per_turn, left) if per_turn else left,
             seed=seed,
         )
@@ -268,57 +276,68 @@ class ToolCallingHarness(Agent):
         """Seconds of this episode on the agent's clock (waits for shared resources excluded)."""
         return time.monotonic() - self._t0 - (not_agent_seconds() - self._waited0)
 
-    def _action(self, reply: ModelReply, native: bool) -> Action:
-        calls: list[ToolCall]
-        text = reply.text
-        fmt = "native"
-        if reply.tool_calls:
-            calls = [
-                _to_tool_call(c.function.name, c.function.arguments, c.id or self._call_id(i))
+    def _reply_message(self, reply: ModelReply, native: bool) -> tuple[dict[str, Any], Action]:
+        """The reply as it goes back to the model, and the action it makes."""
+        if reply.tool_calls:  # the server's calls, sent back as it returned them
+            wire = [
+                {
+                    "id": c.id or self._call_id(i),
+                    "type": c.type or "function",
+                    "function": {"name": c.function.name, "arguments": c.function.arguments},
+                }
                 for i, c in enumerate(reply.tool_calls)
             ]
-        else:
-            parsed = parse_tool_calls(reply.text)
+            msg = {"role": "assistant", "content": reply.text, "tool_calls": wire}
             calls = [
-                _to_tool_call(c.name, c.arguments, self._call_id(i))
-                for i, c in enumerate(parsed.calls)
+                ToolCall(w["function"]["name"], w["function"]["arguments"], id=w["id"])
+                for w in wire
             ]
-            if calls:
-                text, fmt = parsed.content, parsed.calls[0].format
-        if native or not calls:
-            msg: dict[str, Any] = {"role": "assistant", "content": text}
-            if calls:
-                msg["tool_calls"] = [c.to_dict() for c in calls]
-        else:  # text mode: the model's own words go back as they were
+            return msg, Action(
+                text=reply.text, tool_calls=calls, info={"tool_call_format": "native"}
+            )
+        parsed = parse_tool_calls(reply.text)
+        calls = [
+            ToolCall(c.name, c.arguments, id=self._call_id(i)) for i, c in enumerate(parsed.calls)
+        ]
+        info: dict[str, Any] = {"tool_call_format": parsed.calls[0].format} if calls else {}
+        if calls and native:  # a server with tools wants the calls as tool_calls
+            msg = {
+                "role": "assistant",
+                "content": parsed.content,
+                "tool_calls": [c.to_dict() for c in calls],
+            }
+            info["raw_text"] = reply.text  # what the model wrote, which the transcript rewrites
+        else:  # text mode, or a final answer: the model's own words go back as they were
             msg = {"role": "assistant", "content": reply.text}
+        return msg, Action(
+            text=parsed.content if calls else reply.text, tool_calls=calls, info=info
+        )
+
+    def _action(self, reply: ModelReply, native: bool) -> Action:
+        msg, action = self._reply_message(reply, native)
         self._messages.append(msg)
-        self._last_text = text
-        info: dict[str, Any] = {
-            "model": reply.model,
-            "finish_reason": reply.finish_reason,
-            "usage": reply.usage,
-            "attempts": reply.attempts,
-            "latency_s": round(reply.latency_s, 4),
-        }
-        if calls:
-            info["tool_call_format"] = fmt
-        if fmt != "native" or not calls:
-            info["raw_text"] = reply.text
-        if reply.completion_ids is not None:
-            info["completion_ids"] = reply.completion_ids
-        if reply.logprobs is not None:
-            info["logprobs"] = [round(x, 5) for x in reply.logprobs]
+        self._last_text = action.text
+        action.info.update(
+            message_index=len(self._messages) - 1,
+            model=reply.model,
+            finish_reason=reply.finish_reason,
+            usage=reply.usage,
+            attempts=reply.attempts,
+            latency_s=round(reply.latency_s, 4),
+        )
         if self._log.broken:
-            info["token_view"] = f"dropped: {self._log.broken}"
-        return Action(text=text, tool_calls=calls, info=info)
+            action.info["token_view"] = f"dropped: {self._log.broken}"
+        return action
 
     def _call_id(self, i: int) -> str:
         return f"call_{self._turn}_{i}"
+
+    def transcript(self) -> list[dict[str, Any]]:
+        """The messages exactly as the model received them, each reply as it was sent back."""
+        return [dict(m) for m in self._messages]
 
     def token_view(self) -> TokenView | None:
         return self._log.view()
 
     async def close(self) -> None:
-        if self._model is not None:
-            await self._model.aclose()
-            self._model = None
+        await self._model.aclose()

@@ -6,7 +6,9 @@ nothing of tools:
 
 - the tools go at the end of the system prompt (``<tools>...</tools>``, see ``toolcalls``);
 - an assistant message's ``tool_calls`` become ``<tool_call>{json}</tool_call>`` blocks after its
-  text, written exactly as the model is asked to write them;
+  text, in the format the model is asked to write, with each call's arguments text as it is
+  (not re-encoded: the model's own call comes back as it wrote it, as Qwen's and vLLM's Hermes
+  templates do);
 - a ``tool`` message becomes ``<tool_response>...</tool_response>`` in a ``tool`` turn.
 
 ``tool_choice`` is honoured by a prefill of the assistant turn: ``"required"`` starts it with

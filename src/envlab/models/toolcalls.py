@@ -5,8 +5,13 @@ A model without native tool calling sees its tools in the system prompt, Hermes-
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``. Small open models also answer with
 a bare JSON object or a fenced ```json block; :func:`parse_tool_calls` reads all three.
 
-A call whose JSON is broken is still a call: its ``arguments`` stay the raw text (a string), so
-the environment answers with an error the model can read and the episode goes on.
+A call whose JSON is broken is still a call: its ``arguments`` are the raw text, so the
+environment answers with an error the model can read and the episode goes on.
+
+Arguments are never decoded for the caller: ``TextToolCall.arguments`` is the JSON text of the
+arguments exactly as the model wrote it (the substring of its reply), and the environment
+decodes it, once (``ToolSpec.parse_arguments``). The parser reads the call's JSON only to find
+where each part begins and ends.
 """
 
 from __future__ import annotations
@@ -22,15 +27,25 @@ TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
 _HERMES = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _FENCED = re.compile(r"```(?:json|JSON|tool_call)?[ \t]*\n(.*?)```", re.DOTALL)
 _NAME = re.compile(r'"name"\s*:\s*"([^"\\]{1,200})"')
+_WS = re.compile(r"[ \t\n\r]*")
 _ARG_KEYS = ("arguments", "parameters", "args")
+_DECODER = json.JSONDecoder()
+
+Members = dict[str, tuple[Any, str]]
+"""A JSON object's members: key -> (decoded value, the value's text as written)."""
 
 
 @dataclass(slots=True)
 class TextToolCall:
-    """One tool call read from text. ``arguments`` is the raw text when its JSON was broken."""
+    """One tool call read from text.
+
+    ``arguments`` is the arguments' JSON text as the model wrote it (or, when the call's JSON
+    is broken, the raw text of the whole call); a JSON string value (the OpenAI shape,
+    ``"arguments": "{...}"``) is its text.
+    """
 
     name: str
-    arguments: dict[str, Any] | str
+    arguments: str
     format: str
     """``hermes``, ``fenced`` or ``json``: where it was found."""
     raw: str = ""
@@ -45,14 +60,13 @@ class ParsedText:
 
 
 def render_tool_call(name: str, arguments: dict[str, Any] | str) -> str:
-    """One call in the Hermes format, as the model is shown to write it."""
+    """One call in the Hermes format, as the model is shown to write it; arguments given as
+    text are written as they are (a model's own call renders back as it wrote it)."""
     if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            body = f'{{"name": {json.dumps(name)}, "arguments": {arguments}}}'
-            return f"{TOOL_CALL_OPEN}\n{body}\n{TOOL_CALL_CLOSE}"
-    body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+        args = arguments.strip() or "{}"
+    else:
+        args = json.dumps(arguments, ensure_ascii=False)
+    body = f'{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": {args}}}'
     return f"{TOOL_CALL_OPEN}\n{body}\n{TOOL_CALL_CLOSE}"
 
 
@@ -97,20 +111,84 @@ def render_tool_response(content: str) -> str:
     return f"{TOOL_RESPONSE_OPEN}\n{content}\n{TOOL_RESPONSE_CLOSE}"
 
 
-def _call_from_obj(obj: Any, fmt: str, raw: str) -> TextToolCall | None:
-    """A call from a decoded JSON value, or None when it does not look like one."""
-    if isinstance(obj, dict) and isinstance(obj.get("function"), dict):
-        return _call_from_obj(obj["function"], fmt, raw)  # {"type": "function", "function": ..}
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+def _skip(text: str, i: int) -> int:
+    return _WS.match(text, i).end()  # type: ignore[union-attr]
+
+
+def _object_at(text: str, i: int) -> tuple[Members, int]:
+    """The JSON object at ``text[i]``: its members and where it ends (``JSONDecodeError`` if
+    it is not one)."""
+    if not text.startswith("{", i):
+        raise json.JSONDecodeError("Expecting '{'", text, i)
+    members: Members = {}
+    i = _skip(text, i + 1)
+    if text.startswith("}", i):
+        return members, i + 1
+    while True:
+        if not text.startswith('"', i):
+            raise json.JSONDecodeError("Expecting property name", text, i)
+        key, i = _DECODER.raw_decode(text, i)
+        i = _skip(text, i)
+        if not text.startswith(":", i):
+            raise json.JSONDecodeError("Expecting ':' delimiter", text, i)
+        start = _skip(text, i + 1)
+        value, i = _DECODER.raw_decode(text, start)
+        members[key] = (value, text[start:i])
+        i = _skip(text, i)
+        if text.startswith(",", i):
+            i = _skip(text, i + 1)
+        elif text.startswith("}", i):
+            return members, i + 1
+        else:
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, i)
+
+
+def _call_from_members(members: Members, fmt: str, raw: str) -> TextToolCall | None:
+    """A call from an object's members, or None when it does not look like one."""
+    fn = members.get("function")
+    if fn is not None and isinstance(fn[0], dict):  # {"type": "function", "function": {..}}
+        inner, _ = _object_at(fn[1], 0)
+        return _call_from_members(inner, fmt, raw)
+    name = members.get("name")
+    if name is None or not isinstance(name[0], str):
         return None
-    args: Any = {}
+    args = "{}"
     for key in _ARG_KEYS:
-        if key in obj:
-            args = obj[key]
+        if key in members:
+            value, text = members[key]
+            args = value if isinstance(value, str) else text
             break
-    if not isinstance(args, dict | str):
-        args = json.dumps(args)  # a list or a number: the environment says what is wrong
-    return TextToolCall(obj["name"], args, fmt, raw)
+    return TextToolCall(name[0], args, fmt, raw)
+
+
+def _element_at(text: str, i: int, fmt: str) -> tuple[TextToolCall | None, int]:
+    """The call at ``text[i]`` (None for a value that is not one) and where the value ends."""
+    if text.startswith("{", i):
+        members, end = _object_at(text, i)
+        return _call_from_members(members, fmt, text[i:end]), end
+    _, end = _DECODER.raw_decode(text, i)
+    return None, end
+
+
+def _calls_at(text: str, i: int, fmt: str) -> tuple[list[TextToolCall | None], int]:
+    """The call (an object) or calls (a list of them) at ``text[i]``, and where it ends."""
+    if not text.startswith("[", i):
+        call, end = _element_at(text, i, fmt)
+        return [call], end
+    calls: list[TextToolCall | None] = []
+    i = _skip(text, i + 1)
+    if text.startswith("]", i):
+        return calls, i + 1
+    while True:
+        call, i = _element_at(text, i, fmt)
+        calls.append(call)
+        i = _skip(text, i)
+        if text.startswith(",", i):
+            i = _skip(text, i + 1)
+        elif text.startswith("]", i):
+            return calls, i + 1
+        else:
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, i)
 
 
 def _calls_from_json_text(text: str, fmt: str, *, lenient: bool) -> list[TextToolCall] | None:
@@ -121,7 +199,9 @@ def _calls_from_json_text(text: str, fmt: str, *, lenient: bool) -> list[TextToo
     """
     body = text.strip()
     try:
-        value = json.loads(body)
+        calls, end = _calls_at(body, 0, fmt)
+        if end != len(body):
+            raise json.JSONDecodeError("Extra data", body, end)
     except json.JSONDecodeError:
         if not lenient:
             return None
@@ -129,12 +209,8 @@ def _calls_from_json_text(text: str, fmt: str, *, lenient: bool) -> list[TextToo
         if m is None:
             return [TextToolCall("", body, fmt, body)] if fmt == "hermes" and body else None
         return [TextToolCall(m.group(1), body, fmt, body)]
-    items = value if isinstance(value, list) else [value]
-    calls = [_call_from_obj(v, fmt, body) for v in items]
     found = [c for c in calls if c is not None]
-    if not found:
-        return None
-    return found
+    return found or None
 
 
 def parse_hermes(text: str, *, lenient: bool = True) -> ParsedText:
@@ -178,7 +254,6 @@ def _parse_fenced(text: str) -> ParsedText | None:
 
 def _parse_bare(text: str) -> ParsedText | None:
     """A JSON object (or list of them) with a ``name``, alone or inside prose."""
-    decoder = json.JSONDecoder()
     stripped = text.strip()
     if stripped.startswith(("{", "[")):
         found = _calls_from_json_text(stripped, "json", lenient=False)
@@ -190,13 +265,14 @@ def _parse_bare(text: str) -> ParsedText | None:
     i = text.find("{")
     while i != -1:
         try:
-            value, end = decoder.raw_decode(text, i)
+            members, end = _object_at(text, i)
         except json.JSONDecodeError:
             i = text.find("{", i + 1)
             continue
-        call = _call_from_obj(value, "json", text[i:end])
+        call = _call_from_members(members, "json", text[i:end])
+        function = members.get("function", (None, ""))[0]
         if call is not None and (
-            any(k in value for k in _ARG_KEYS) or isinstance(value.get("function"), dict)
+            any(k in members for k in _ARG_KEYS) or isinstance(function, dict)
         ):
             calls.append(call)
             kept.append(text[pos:i])
