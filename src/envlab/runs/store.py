@@ -2,154 +2,140 @@
 
     trajectories.jsonl   one ``Trajectory`` per line, handed to the OS in one ``write``
     blobs/<sha256>       long strings of the messages (a task's instruction), written once per
-                         run and referenced from the lines; ``load()`` puts them back
+                         run and referenced from the lines (:mod:`envlab.runs.blobs`)
     lock                 held (``flock``) by the one process writing the run; its pid inside
 
-A reference is a string ``"\\x00envlab-blob:sha256:<hex>"``. Every string of a message that is
-long, or that starts like a reference, is stored as a blob: a reference in a line is never text
-the agent wrote, and ``load()`` returns exactly the messages that were recorded.
+Reading streams the file line by line (``iter``, ``records``): a run of any size is read in the
+memory of one trajectory.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import errno
-import fcntl
-import hashlib
+import json
 import logging
 import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
-from envlab.core import StoreError, Trajectory
+from envlab.core import EpisodeRecord, StoreError, Trajectory
+from envlab.runs.blobs import BLOB_MIN_CHARS, BLOBS_DIR, REF_JSON, Blobs
+from envlab.runs.errors import first_error, store_error
+from envlab.runs.lock import RunLock
 
 log = logging.getLogger("envlab.store")
 
-LOCK_FILE = "lock"
-BLOBS_DIR = "blobs"
-BLOB_MIN_CHARS = 16 * 1024
-"""Strings of messages this long (or longer) are stored once, as blobs."""
-_REF = "\x00envlab-blob:sha256:"
-_REF_JSON = b"\\u0000envlab-blob:sha256:"  # how a reference looks inside a JSON line
-
-
-class RunLock:
-    """An exclusive ``flock`` on ``<run dir>/lock`` held while one process writes the run.
-
-    The kernel drops it when the holder exits, however it exits, so it never goes stale. The
-    file is never removed (a process that unlinked it would let two others lock two files)."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / LOCK_FILE
-        self._fd: int | None = None
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def acquire(self) -> None:
-        if self._fd is not None:
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as e:
-            raise _os_error(e, self.path, "create the lock file of") from e
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise StoreError(
-                    f"{self.path.parent} is being written by another process (pid {holder}, "
-                    f"holding {self.path}). Two writers would record episodes twice: wait for "
-                    "it to finish (or stop it), then run again with --resume."
-                ) from None
-            raise _os_error(e, self.path, "lock") from e
-        try:  # who holds it, for the message of the next one; only informative
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except OSError:
-            pass
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the file drops the flock
-            self._fd = None
-
-    def __enter__(self) -> RunLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+_ID = re.compile(rb'\{"episode_id":("(?:[^"\\]|\\.)*")')
+"""The start of every line this store writes (the first field of a ``Trajectory``)."""
 
 
 class TrajectoryStore:
     """One ``Trajectory`` per line. A torn last line is dropped with a warning; any other corrupt
     line is an error naming it, so nothing recorded is silently lost.
 
-    Writing (``open``/``append``, or ``load(repair=True)``) takes the run directory's lock, held
-    until ``close()``: a second writer is refused with the holder's pid. Reading needs no lock.
+    Writing (``open``/``append``, or reading with ``repair=True``) takes the run directory's
+    lock, held until ``close()``: a second writer is refused with the holder's pid. Reading
+    needs no lock.
     """
 
     def __init__(self, path: str | Path, *, blob_min_chars: int = BLOB_MIN_CHARS) -> None:
         self.path = Path(path)
-        self.blobs_dir = self.path.parent / BLOBS_DIR
-        self.blob_min_chars = blob_min_chars
+        self.blobs = Blobs(self.path.parent / BLOBS_DIR, min_chars=blob_min_chars)
         self._lock = RunLock(self.path.parent)
         self._fd: int | None = None
-        self._blobs_known: set[str] = set()
         self.dropped_torn_line: str | None = None
         self.repaired_newline = False
+
+    @property
+    def blobs_dir(self) -> Path:
+        return self.blobs.path
 
     def lock(self) -> None:
         """Become the run's one writer (idempotent); ``StoreError`` naming the holder if not."""
         self._lock.acquire()
 
+    # reading
+
     def load(self, *, repair: bool = False, every_record: bool = False) -> list[Trajectory]:
-        """The trajectories, one per episode: when an episode was recorded twice (an
-        ``infra_error`` run again by ``--resume``) the last record wins. ``every_record`` keeps
-        them all. With ``repair`` (which takes the lock), cut a torn last line off the file, and
-        end a whole last record that lacks its newline with one."""
+        """``list(self.iter(...))``: every trajectory in memory at once."""
+        return list(self.iter(repair=repair, every_record=every_record))
+
+    def iter(
+        self, *, repair: bool = False, every_record: bool = False, messages: bool = True
+    ) -> Iterator[Trajectory]:
+        """The trajectories, one per episode, read one line at a time.
+
+        When an episode was recorded twice (an ``infra_error`` run again by ``--resume``) the
+        last record wins, in the place of that record; ``every_record`` yields them all. With
+        ``repair`` (which takes the lock now), cut a torn last line off the file, and end a
+        whole last record that lacks its newline with one. Without ``messages`` the long
+        strings stored as blobs are left as references (nothing in ``blobs/`` is read)."""
         if repair:
             self.lock()
         if not self.path.exists():
-            return []
-        data = self.path.read_bytes()
-        out: list[Trajectory] = []
-        blobs: dict[str, str] = {}
-        offset = 0
-        lines = data.split(b"\n")
-        last = len(lines) - (2 if lines[-1] == b"" else 1)  # index of the last non-empty chunk
-        for i, raw in enumerate(lines):
-            start, offset = offset, offset + len(raw) + 1
+            return iter(())
+        size = self.path.stat().st_size  # lines a writer appends meanwhile are not read
+        keep = None if every_record else self._latest(size)
+        return self._read(size, keep, repair=repair, messages=messages)
+
+    def records(self) -> Iterator[EpisodeRecord]:
+        """The light record of each episode (what summaries need), without reading blobs."""
+        return (t.record() for t in self.iter(messages=False))
+
+    def _lines(self, size: int) -> Iterator[tuple[int, int, bytes, bool]]:
+        """``(line number, offset, line without its newline, is the last line)`` of the file's
+        first ``size`` bytes."""
+        with self.path.open("rb") as f:
+            offset, lineno = 0, 0
+            while offset < size:
+                chunk = f.readline(size - offset)
+                if not chunk:
+                    return
+                lineno += 1
+                start, offset = offset, offset + len(chunk)
+                yield lineno, start, chunk.removesuffix(b"\n"), offset >= size
+
+    def _latest(self, size: int) -> set[int]:
+        """The line numbers to read: the last record of each episode, and every line whose
+        episode id cannot be told cheaply (read in full, to report it if corrupt)."""
+        last: dict[str, int] = {}
+        unknown: set[int] = set()
+        for lineno, _, raw, final in self._lines(size):
             if not raw.strip():
+                continue
+            episode_id = _whole_line_id(raw) if final else _line_id(raw)
+            if episode_id is None:
+                unknown.add(lineno)
+            else:
+                last[episode_id] = lineno
+        return unknown.union(last.values())
+
+    def _read(
+        self, size: int, keep: set[int] | None, *, repair: bool, messages: bool
+    ) -> Iterator[Trajectory]:
+        cache: dict[str, str] = {}
+        for lineno, start, raw, final in self._lines(size):
+            if not raw.strip() or (keep is not None and lineno not in keep):
                 continue
             try:
                 traj = Trajectory.from_json(raw)
             except (ValidationError, ValueError) as e:
-                if i >= last:
-                    self._drop_torn(raw, i + 1, start, repair)
-                    break
+                if final:
+                    self._drop_torn(raw, lineno, start, repair)
+                    return
                 raise StoreError(
-                    f"{self.path}:{i + 1}: corrupt trajectory line ({_first_error(e)}). "
+                    f"{self.path}:{lineno}: corrupt trajectory line ({first_error(e)}). "
                     "Only the last line may be torn by a crash; restore or delete this line, "
                     "then run again with --resume."
                 ) from None
-            if _REF_JSON in raw:
-                traj.messages = self._inflate(traj.messages, blobs, i + 1)
-            out.append(traj)
-            if i == len(lines) - 1 and repair:  # a whole record, only its newline missing
+            if messages and REF_JSON in raw:
+                traj.messages = self.blobs.inflate(traj.messages, cache, f"{self.path}:{lineno}")
+            if final and repair and start + len(raw) == size:  # a whole record, no newline
                 self._end_line()
-        if every_record:
-            return out
-        latest = {t.episode_id: t for t in out}
-        return list(latest.values())
+            yield traj
 
     def _drop_torn(self, raw: bytes, lineno: int, start: int, repair: bool) -> None:
         self.dropped_torn_line = raw[:120].decode("utf-8", "replace")
@@ -171,7 +157,9 @@ class TrajectoryStore:
             with self.path.open("ab") as f:
                 f.write(b"\n")
         except OSError as e:
-            raise _os_error(e, self.path, "repair") from e
+            raise store_error(e, self.path, "repair") from e
+
+    # writing
 
     def open(self) -> None:
         if self._fd is not None:
@@ -180,11 +168,11 @@ class TrajectoryStore:
         try:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as e:
-            raise _os_error(e, self.path, "open") from e
+            raise store_error(e, self.path, "open") from e
         if not self._ends_with_newline():
-            self.load(repair=True)  # never glue a record to one without its newline
-        for stale in self.blobs_dir.glob(".*.tmp"):  # a blob whose writer was killed
-            stale.unlink(missing_ok=True)
+            for _ in self.iter(repair=True, every_record=True, messages=False):
+                pass  # never glue a record to one without its newline
+        self.blobs.remove_stale()
 
     def _ends_with_newline(self) -> bool:
         with self.path.open("rb") as f:
@@ -209,7 +197,7 @@ class TrajectoryStore:
                 written += os.write(self._fd, data[written:])
         except OSError as e:
             self._cut(start)
-            raise _os_error(e, self.path, "append a trajectory to") from e
+            raise store_error(e, self.path, "append a trajectory to") from e
 
     def _cut(self, size: int) -> None:
         try:
@@ -219,85 +207,10 @@ class TrajectoryStore:
             log.warning("%s: could not cut a partial line off; --resume will drop it", self.path)
 
     def _encode(self, traj: Trajectory) -> bytes:
-        messages = [self._externalize(m) for m in traj.messages]
+        messages = [self.blobs.externalize(m) for m in traj.messages]
         if any(a is not b for a, b in zip(messages, traj.messages, strict=True)):
             traj = dataclasses.replace(traj, messages=messages)
         return traj.to_json()
-
-    def _externalize(self, value: Any) -> Any:
-        """``value`` with its long strings replaced by references to blobs (``value`` itself
-        when nothing changed)."""
-        if isinstance(value, str):
-            if len(value) >= self.blob_min_chars or value.startswith(_REF):
-                return _REF + self._put_blob(value.encode("utf-8", "surrogatepass"))
-            return value
-        if isinstance(value, dict):
-            new = {k: self._externalize(v) for k, v in value.items()}
-            return new if any(new[k] is not value[k] for k in value) else value
-        if isinstance(value, list | tuple):
-            items = [self._externalize(v) for v in value]
-            return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
-        return value
-
-    def _put_blob(self, data: bytes) -> str:
-        """Write ``blobs/<sha256>`` once (atomically: a temporary file, synced, renamed)."""
-        digest = hashlib.sha256(data).hexdigest()
-        final = self.blobs_dir / digest
-        if digest in self._blobs_known or final.is_file():
-            self._blobs_known.add(digest)
-            return digest
-        tmp = self.blobs_dir / f".{digest}.{os.getpid()}.tmp"
-        try:
-            self.blobs_dir.mkdir(exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, final)
-        except OSError as e:
-            tmp.unlink(missing_ok=True)
-            raise _os_error(e, final, "write a message blob") from e
-        self._blobs_known.add(digest)
-        return digest
-
-    def _inflate(self, value: Any, blobs: dict[str, str], lineno: int) -> Any:
-        if isinstance(value, str):
-            if not value.startswith(_REF):
-                return value
-            digest = value[len(_REF) :]
-            if digest not in blobs:
-                blobs[digest] = self._read_blob(digest, lineno)
-            return blobs[digest]
-        if isinstance(value, dict):
-            return {k: self._inflate(v, blobs, lineno) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._inflate(v, blobs, lineno) for v in value]
-        return value
-
-    def _read_blob(self, digest: str, lineno: int) -> str:
-        path = self.blobs_dir / digest
-        where = f"{self.path}:{lineno}"
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise StoreError(
-                f"{where}: a message of this episode is stored in {path}, which is missing. "
-                f"Copy a run directory whole (with its {BLOBS_DIR}/); or delete this line and "
-                "run again with --resume to record the episode again."
-            ) from None
-        except OSError as e:
-            raise _os_error(e, path, "read") from e
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise StoreError(
-                f"{where}: {path} does not hold what was recorded (its sha256 differs): the "
-                "file was changed or damaged. Restore it, or delete this line and run again "
-                "with --resume."
-            )
-        return data.decode("utf-8", "surrogatepass")
 
     def sync(self) -> None:
         """Force what was written to disk (survives a power loss, not only a crash)."""
@@ -305,7 +218,7 @@ class TrajectoryStore:
             try:
                 os.fsync(self._fd)
             except OSError as e:
-                raise _os_error(e, self.path, "sync") from e
+                raise store_error(e, self.path, "sync") from e
 
     def close(self) -> None:
         """Sync and close the file, and release the run's lock."""
@@ -327,28 +240,21 @@ class TrajectoryStore:
         self.close()
 
 
-def _os_error(e: OSError, path: Path, what: str) -> StoreError:
-    """A ``StoreError`` that says what happened to ``path`` and what to do about it."""
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        kind = "the disk is full" if e.errno == errno.ENOSPC else "the disk quota is exhausted"
-        return StoreError(
-            f"cannot {what} {path}: {kind} (the filesystem of {path.parent}). Episodes recorded "
-            "before are kept and a partial record is cut off: free some space, then run again "
-            "with --resume."
-        )
-    if e.errno == errno.EFBIG:
-        return StoreError(
-            f"cannot {what} {path}: the file size limit was reached (ulimit -f, or the "
-            "filesystem's largest file). Episodes recorded before are kept: raise the limit, "
-            "then run again with --resume."
-        )
-    return StoreError(f"cannot {what} {path}: {e.strerror or e}")
+def _line_id(raw: bytes) -> str | None:
+    """The episode id of a line, from its start when it is one this store wrote."""
+    m = _ID.match(raw)
+    if m is None:
+        return _whole_line_id(raw)
+    try:
+        value = json.loads(m.group(1))
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
 
 
-def _first_error(e: Exception) -> str:
-    if isinstance(e, ValidationError):
-        err = e.errors()[0]
-        return (
-            f"{err['type']} at {'.'.join(str(x) for x in err['loc']) or 'top level'}: {err['msg']}"
-        )
-    return str(e)[:200]
+def _whole_line_id(raw: bytes) -> str | None:
+    """The episode id of a line that parses as a whole trajectory (a torn one has none)."""
+    try:
+        return Trajectory.from_json(raw).episode_id
+    except (ValidationError, ValueError):
+        return None

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from envlab.core import StoreError, Trajectory
-from envlab.rollout import TrajectoryStore
-from tests.rollout.test_store import traj as store_traj
+from envlab.runs import TrajectoryStore
+from tests.runs.test_store import traj as store_traj
 
 BIG = "Read this carefully.\n" + "the quick brown fox, é and 漢字 " * 100_000  # ~3.6 MB
 
@@ -92,7 +92,7 @@ def test_blobs_are_written_before_the_line_and_left_whole(tmp_path: Path) -> Non
 
 async def test_a_run_with_a_huge_instruction_reads_back_through_measure(tmp_path: Path) -> None:
     from envlab.agents.scripted import NoopAgent
-    from envlab.core import Task, TaskSet
+    from envlab.core import AgentClass, Task, TaskSet
     from envlab.measure import load_run
     from envlab.rollout import rollout
     from tests.support.envs import EchoEnv
@@ -102,7 +102,7 @@ async def test_a_run_with_a_huge_instruction_reads_back_through_measure(tmp_path
             return TaskSet([Task(id=f"big-{i}", prompt=BIG, answer="ok") for i in range(5)])
 
     env = HugePrompt()
-    await rollout(env, NoopAgent(), env.tasks(), out_dir=tmp_path, samples=2, progress=False)
+    await rollout(env, AgentClass(NoopAgent), env.tasks(), out_dir=tmp_path, samples=2)
     assert (tmp_path / "trajectories.jsonl").stat().st_size < 100_000
     assert len(list((tmp_path / "blobs").iterdir())) == 1
     run = load_run(tmp_path, trajectories=True)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from envlab.core import AgentSpec, Status, StoreError, Trajectory
-from envlab.rollout import TrajectoryStore
+from envlab.runs import TrajectoryStore
 
 
 def traj(i: int, **fields: Any) -> Trajectory:
@@ -105,3 +105,72 @@ def test_a_second_writer_is_refused_naming_the_holder(tmp_path: Path) -> None:
         again.append(traj(1))
     assert len(TrajectoryStore(p).load()) == 2
     assert (tmp_path / "lock").read_text().strip().isdigit()
+
+
+def test_an_episode_recorded_twice_reads_as_its_last_record(tmp_path: Path) -> None:
+    p = tmp_path / "t.jsonl"
+    with TrajectoryStore(p) as s:
+        s.append(traj(0, status=Status.INFRA_ERROR, reward=None))
+        s.append(traj(1))
+        s.append(traj(0, reward=0.5))  # the infra error, run again by --resume
+    got = {t.episode_id: t for t in TrajectoryStore(p).iter()}
+    assert sorted(got) == ["e0", "e1"] and got["e0"].reward == 0.5
+    assert len(TrajectoryStore(p).load(every_record=True)) == 3
+    assert [r.reward for r in TrajectoryStore(p).records()] == [1.0, 0.5]
+
+
+def test_a_torn_rerun_never_hides_the_record_before_it(tmp_path: Path) -> None:
+    # attack: --resume reruns e0 and is killed while writing it; the torn line names e0 in its
+    # first bytes, and must not count as e0's last record (e0 would vanish from the run)
+    p = tmp_path / "t.jsonl"
+    with TrajectoryStore(p) as s:
+        s.append(traj(0, status=Status.INFRA_ERROR, reward=None))
+        s.append(traj(1))
+    line = traj(0, reward=1.0).to_json()
+    with p.open("ab") as f:
+        f.write(line[: len(line) // 2])
+    got = {t.episode_id: t for t in TrajectoryStore(p).iter()}
+    assert sorted(got) == ["e0", "e1"] and got["e0"].status == Status.INFRA_ERROR
+
+
+def test_reading_sees_only_what_was_written_when_it_started(tmp_path: Path) -> None:
+    p = tmp_path / "t.jsonl"
+    write(p, 2)
+    reading = TrajectoryStore(p).iter()
+    with TrajectoryStore(p) as s:  # a writer appends while a reader streams
+        s.append(traj(2))
+    assert [t.episode_id for t in reading] == ["e0", "e1"]
+
+
+def test_a_stream_holds_one_trajectory_at_a_time(tmp_path: Path) -> None:
+    import tracemalloc
+
+    p = tmp_path / "t.jsonl"
+    text = "a long answer " * 2000  # ~28 KB a line, kept inline
+    with TrajectoryStore(p, blob_min_chars=10**9) as s:
+        for i in range(150):
+            s.append(traj(i, messages=[{"role": "assistant", "content": f"{i} {text}"}]))
+    line = p.stat().st_size // 150
+
+    def peak(read: Any) -> int:
+        tracemalloc.start()
+        try:
+            read()
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    streamed = peak(lambda: sum(len(t.messages) for t in TrajectoryStore(p).iter()))
+    loaded = peak(lambda: len(TrajectoryStore(p).load()))
+    assert streamed < 20 * line < loaded
+
+
+def test_records_need_no_blobs(tmp_path: Path) -> None:
+    p = tmp_path / "t.jsonl"
+    with TrajectoryStore(p, blob_min_chars=100) as s:
+        s.append(traj(0, messages=[{"role": "user", "content": "x" * 500}]))
+    for blob in (tmp_path / "blobs").iterdir():
+        blob.unlink()
+    assert [r.episode_id for r in TrajectoryStore(p).records()] == ["e0"]
+    with pytest.raises(StoreError, match="which is missing"):
+        TrajectoryStore(p).load()

@@ -9,28 +9,36 @@ import sys
 import time
 from pathlib import Path
 
-from envlab.core import Action
-from envlab.envs.arith import ArithEnv
+from envlab.core import Action, StepResult
+from envlab.envs.arith import ArithConfig, ArithEnv, ArithEpisode
 from tests.conftest import subprocess_env
 
 ENVLAB = [sys.executable, "-m", "envlab.cli.main"]
 
 
-class GatedArith(ArithEnv):
-    """``arith`` whose steps wait until the file ``gate`` exists (the test opens it)."""
+class GatedArithEpisode(ArithEpisode):
+    """An ``arith`` episode whose step waits until the file ``gate`` exists (the test opens it)."""
 
-    def __init__(self, gate: str = "", **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.gate = Path(gate)
-
-    async def step(self, action: Action):  # type: ignore[no-untyped-def]
-        while not self.gate.exists():
+    async def step(self, action: Action) -> StepResult:
+        assert isinstance(self.spec, GatedArith)
+        gate = Path(self.spec.config.gate)
+        while not gate.exists():
             await asyncio.sleep(0.01)
         return await super().step(action)
 
 
+class GatedArithConfig(ArithConfig):
+    gate: str = ""
+
+
+class GatedArith(ArithEnv):
+    Config = GatedArithConfig
+    environment = GatedArithEpisode
+    config: GatedArithConfig
+
+
 def _args(out: Path, gate: Path) -> list[str]:
-    return ["eval", "tests.rollout.test_run_lock:GatedArith", "--agent", "oracle", "--tasks",
+    return ["eval", "tests.runs.test_lock:GatedArith", "--agent", "oracle", "--tasks",
             "20", "--samples", "2", "--out", str(out), "--env-arg", f"gate={gate}",
             "--no-progress"]  # fmt: skip
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from envlab.core import StoreError, Trajectory
-from envlab.rollout import TrajectoryStore
+from envlab.runs import TrajectoryStore
 from tests.conftest import subprocess_env
-from tests.rollout.test_store import traj as store_traj
+from tests.runs.test_store import traj as store_traj
 
 
 def traj(i: int, text: str = "") -> Trajectory:
@@ -69,18 +69,19 @@ def test_a_blob_that_does_not_fit_leaves_nothing_behind(small_disk: Path) -> Non
 
 async def test_a_run_on_a_full_disk_stops_cleanly_then_resumes(small_disk: Path) -> None:
     from envlab.agents.scripted import OracleAgent
+    from envlab.core import AgentClass
     from envlab.envs.arith import ArithEnv
     from envlab.rollout import rollout
 
-    env = ArithEnv()
+    env, oracle = ArithEnv(), AgentClass(OracleAgent)
     tasks = env.tasks(n=300)
     out = small_disk / "run"
     with pytest.raises(StoreError, match="the disk is full"):  # not an ExceptionGroup
-        await rollout(env, OracleAgent(), tasks, out_dir=out, progress=False, concurrency=4)
+        await rollout(env, oracle, tasks, out_dir=out, concurrency=4)
     kept = TrajectoryStore(out / "trajectories.jsonl").load()
     assert 0 < len(kept) < 300
     subprocess.run(["mount", "-o", "remount,size=4m", str(small_disk)], check=True)
-    r = await rollout(env, OracleAgent(), tasks, out_dir=out, progress=False, resume=True)
+    r = await rollout(env, oracle, tasks, out_dir=out, resume=True)
     assert r.skipped_episodes == len(kept) and r.new_episodes == 300 - len(kept)
     ids = [
         t.episode_id for t in TrajectoryStore(out / "trajectories.jsonl").load(every_record=True)
@@ -91,8 +92,8 @@ async def test_a_run_on_a_full_disk_stops_cleanly_then_resumes(small_disk: Path)
 _FSIZE_CHILD = """
 import json, resource, signal, sys
 from envlab.core import StoreError
-from envlab.rollout import TrajectoryStore
-from tests.rollout.test_store_disk_full import traj
+from envlab.runs import TrajectoryStore
+from tests.runs.test_store_disk_full import traj
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
 resource.setrlimit(resource.RLIMIT_FSIZE, (60_000, 60_000))
 n = 0
