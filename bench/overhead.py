@@ -23,24 +23,31 @@ import time
 from pathlib import Path
 
 from envlab.agents.scripted import OracleAgent
-from envlab.core import Action, EpisodeContext, StepResult
-from envlab.envs.arith import ArithEnv
+from envlab.core import Action, AgentClass, EnvSpec, EpisodeContext, StepResult
+from envlab.envs.arith import ArithConfig, ArithEnv, ArithEpisode
 from envlab.rollout import rollout
+
+
+class LatentArithEpisode(ArithEpisode):
+    async def step(self, action: Action) -> StepResult:
+        assert isinstance(self.spec, LatentArith)
+        await asyncio.sleep(self.spec.config.latency_ms / 1000)
+        return await super().step(action)
+
+
+class LatentConfig(ArithConfig):
+    latency_ms: float = 0.0
 
 
 class LatentArith(ArithEnv):
     """``arith`` whose every step also waits ``latency_ms`` (I/O such as a sandbox call)."""
 
-    def __init__(self, latency_ms: float = 0.0) -> None:
-        super().__init__()
-        self.latency = latency_ms / 1000
-
-    async def step(self, action: Action) -> StepResult:
-        await asyncio.sleep(self.latency)
-        return await super().step(action)
+    Config = LatentConfig
+    environment = LatentArithEpisode
+    config: LatentConfig
 
 
-async def hand_loop(env_proto: ArithEnv, tasks, samples: int, concurrency: int, out: Path) -> int:  # type: ignore[no-untyped-def]
+async def hand_loop(spec: EnvSpec, tasks, samples: int, concurrency: int, out: Path) -> int:  # type: ignore[no-untyped-def]
     steps = 0
     work = iter([(t, s) for t in tasks for s in range(samples)])
     with out.open("w") as fh:
@@ -48,7 +55,7 @@ async def hand_loop(env_proto: ArithEnv, tasks, samples: int, concurrency: int, 
         async def worker() -> None:
             nonlocal steps
             for task, s in work:
-                env, agent = env_proto.spawn(), OracleAgent()
+                env, agent = spec.new_episode(), OracleAgent()
                 obs = await env.reset(task, s)
                 await agent.start(
                     EpisodeContext(
@@ -89,7 +96,7 @@ async def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--latency-ms", type=float, default=0.0)
     args = p.parse_args()
-    env = LatentArith(args.latency_ms) if args.latency_ms else ArithEnv()
+    env = LatentArith(latency_ms=args.latency_ms) if args.latency_ms else ArithEnv()
     tasks = env.tasks(n=args.episodes // args.samples)
     n = len(tasks) * args.samples
     best_hand = best_envlab = float("inf")
@@ -104,13 +111,11 @@ async def main() -> None:
             t0 = time.perf_counter()
             res = await rollout(
                 env,
-                OracleAgent(),
+                AgentClass(OracleAgent),
                 tasks,
                 out_dir=Path(tmp) / f"envlab{r}",
                 samples=args.samples,
                 concurrency=args.concurrency,
-                progress=False,
-                env_id="arith",
                 command=["bench/overhead.py"],
             )
             best_envlab = min(best_envlab, time.perf_counter() - t0)

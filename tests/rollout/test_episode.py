@@ -7,22 +7,17 @@ import asyncio
 import pytest
 
 from envlab.core import Action, InfraError, Status, ToolCall
-from envlab.rollout import EpisodeConfig, run_episode
-from tests.support.envs import EchoEnv, FlakyTransportAgent, ScriptAgent
+from tests.support.envs import EchoEnv, EchoEpisode, FlakyTransportAgent, ScriptAgent
+from tests.support.play import play
 
 
-async def run(env: EchoEnv, agent, **cfg):  # type: ignore[no-untyped-def]
-    task = env.tasks()[0]
-    return await run_episode(
-        env,
-        agent,
-        task,
-        0,
-        env_id="echo",
-        env_hash=env.content_hash(),
-        agent_spec=agent.spec,
-        config=EpisodeConfig(retry_backoff=0.0, **cfg),
-    )
+def echo_with(episode: type[EchoEpisode]) -> EchoEnv:
+    """``EchoEnv`` whose episodes are ``episode``."""
+    return type(f"EchoWith{episode.__name__}", (EchoEnv,), {"environment": episode})()
+
+
+async def run(env: EchoEnv, agent, max_retries: int = 2, **limits):  # type: ignore[no-untyped-def]
+    return await play(env, agent, max_retries=max_retries, **limits)
 
 
 async def test_ok_episode_records_messages_and_reward() -> None:
@@ -50,20 +45,23 @@ async def test_malformed_tool_calls_are_counted_not_fatal() -> None:
 
 async def test_step_timeout_is_timeout_and_still_graded() -> None:
     agent = ScriptAgent([Action(tool_calls=[ToolCall("wait", {"seconds": 5})])])
-    t = await run(EchoEnv(), agent, step_timeout=0.1)
+    t = await run(EchoEnv(), agent, step_timeout_s=0.1)
     assert t.status is Status.TIMEOUT
     # which limit, its value, and what was running when it passed
-    assert t.error == "step 0 took longer than step_timeout=0.1s while the environment was stepping"
+    assert t.error is not None and t.error.kind == "timeout" and t.error.phase == "step"
+    assert t.error.message == (
+        "step 0 took longer than step_timeout_s=0.1s while the environment was stepping"
+    )
     assert t.reward == 0.0  # graded what the agent left: no answer
 
 
 async def test_episode_timeout_caps_the_step_limit() -> None:
     quick = Action(tool_calls=[ToolCall("repeat", {"text": "a"})])
     agent = ScriptAgent([quick, Action(tool_calls=[ToolCall("wait", {"seconds": 30})])])
-    t = await run(EchoEnv(), agent, step_timeout=10.0, episode_timeout=0.2)
+    t = await run(EchoEnv(), agent, step_timeout_s=10.0, episode_timeout_s=0.2)
     assert t.status is Status.TIMEOUT and t.n_steps == 1
-    assert t.error == (
-        "the episode took longer than episode_timeout=0.2s, at step 1 while the environment "
+    assert t.error is not None and t.error.message == (
+        "the episode took longer than episode_timeout_s=0.2s, at step 1 while the environment "
         "was stepping"
     )
 
@@ -74,9 +72,10 @@ async def test_agent_timeout_names_the_agent() -> None:
             await asyncio.sleep(30)
             return await super().act(observation)
 
-    t = await run(EchoEnv(), Slow([]), step_timeout=0.1)
+    t = await run(EchoEnv(), Slow([]), step_timeout_s=0.1)
     assert t.status is Status.TIMEOUT
-    assert t.error == "step 0 took longer than step_timeout=0.1s while the agent was acting"
+    assert t.error is not None and t.error.phase == "act"
+    assert t.error.message == "step 0 took longer than step_timeout_s=0.1s while the agent was acting"
 
 
 async def test_env_exception_is_env_error_and_not_scored() -> None:
@@ -84,18 +83,21 @@ async def test_env_exception_is_env_error_and_not_scored() -> None:
     t = await run(EchoEnv(), agent)
     assert t.status is Status.ENV_ERROR
     assert t.reward is None and not t.scored
-    assert "ValueError: kaboom" in (t.error or "")
+    assert t.error is not None and t.error.kind == "env" and t.error.phase == "step"
+    assert "ValueError: kaboom" in t.error.message
     assert t.attempts == 1  # env errors are not retried
 
 
 async def test_reset_crash_is_env_error() -> None:
     t = await run(EchoEnv(mode="reset_crash"), ScriptAgent([]))
-    assert t.status is Status.ENV_ERROR and "broken reset" in (t.error or "")
+    assert t.status is Status.ENV_ERROR and t.error is not None
+    assert (t.error.kind, t.error.phase) == ("env", "reset") and "broken reset" in t.error.message
 
 
 async def test_agent_exception_is_agent_error_and_scored_as_failure() -> None:
     t = await run(EchoEnv(), ScriptAgent([], raise_on_act=KeyError("bad parse")))
     assert t.status is Status.AGENT_ERROR
+    assert t.error is not None and (t.error.kind, t.error.phase) == ("agent", "act")
     assert t.reward == 0.0 and t.scored
 
 
@@ -111,42 +113,44 @@ async def test_infra_error_after_retries_is_excluded() -> None:
     t = await run(EchoEnv(), agent, max_retries=2)
     assert t.status is Status.INFRA_ERROR and t.attempts == 3
     assert t.reward is None and not t.scored
-    assert "connection reset (call 3)" in (t.error or "")
+    assert t.error is not None and t.error.kind == "infra"
+    assert "connection reset (call 3)" in t.error.message
 
 
 async def test_infra_error_raised_inside_env_is_infra() -> None:
-    class Broken(EchoEnv):
+    class Broken(EchoEpisode):
         async def on_reset(self, task, seed):  # type: ignore[no-untyped-def]
             raise InfraError("sandbox could not start")
 
-    t = await run(Broken(), ScriptAgent([]), max_retries=1)
+    t = await run(echo_with(Broken), ScriptAgent([]), max_retries=1)
     assert t.status is Status.INFRA_ERROR and t.attempts == 2
 
 
 async def test_truncated_at_max_steps() -> None:
     agent = ScriptAgent([Action(tool_calls=[ToolCall("repeat", {"text": "a"})])] * 10)
     t = await run(EchoEnv(), agent, max_steps=3)
+    assert t.steps[-1].info["truncated_by"] == "StepLimit(max_steps=3)"
     assert t.status is Status.TRUNCATED and t.n_steps == 3 and t.reward == 0.0
 
 
 async def test_slow_reset_is_not_the_agents_time() -> None:
-    class SlowReset(EchoEnv):
+    class SlowReset(EchoEpisode):
         async def on_reset(self, task, seed):  # type: ignore[no-untyped-def]
             await asyncio.sleep(0.3)
 
-    t = await run(SlowReset(), ScriptAgent([]), episode_timeout=0.2)
+    t = await run(echo_with(SlowReset), ScriptAgent([]), episode_timeout_s=0.2)
     assert t.status is Status.OK and t.reward == 1.0
-    t = await run(SlowReset(), ScriptAgent([]), reset_timeout=0.1, max_retries=0)
-    assert t.status is Status.INFRA_ERROR
-    assert (
-        t.error == "reset took longer than reset_timeout=0.1s while the environment was resetting"
+    t = await run(echo_with(SlowReset), ScriptAgent([]), reset_timeout_s=0.1, max_retries=0)
+    assert t.status is Status.INFRA_ERROR and t.error is not None
+    assert t.error.message == (
+        "reset took longer than reset_timeout_s=0.1s while the environment was resetting"
     )
 
 
 async def test_cancelling_an_episode_still_closes_env_and_agent() -> None:
     closed: list[str] = []
 
-    class Tracked(EchoEnv):
+    class Tracked(EchoEpisode):
         async def close(self) -> None:
             closed.append("env")
 
@@ -155,7 +159,7 @@ async def test_cancelling_an_episode_still_closes_env_and_agent() -> None:
             closed.append("agent")
 
     agent = TrackedAgent([Action(tool_calls=[ToolCall("wait", {"seconds": 5})])])
-    task = asyncio.create_task(run(Tracked(), agent))
+    task = asyncio.create_task(run(echo_with(Tracked), agent))
     await asyncio.sleep(0.2)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

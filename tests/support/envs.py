@@ -5,56 +5,60 @@ from __future__ import annotations
 import asyncio
 from typing import ClassVar
 
+from pydantic import BaseModel
+
 from envlab.core import (
     Action,
     Agent,
+    AgentFactory,
     AgentSpec,
     Component,
+    EnvSpec,
+    GradingContext,
     InfraError,
+    Limits,
     Observation,
     Rubric,
+    StepResult,
     Task,
     TaskSet,
     ToolEnv,
 )
 from envlab.core.tools import tool
-from envlab.envs.arith import ArithEnv
+from envlab.envs.arith import ArithConfig, ArithEnv, ArithEpisode
+
+
+class SlowArithEpisode(ArithEpisode):
+    async def step(self, action: Action) -> StepResult:
+        assert isinstance(self.spec, SlowArith)
+        await asyncio.sleep(self.spec.config.delay)
+        return await super().step(action)
+
+
+class SlowArithConfig(ArithConfig):
+    delay: float = 0.02
 
 
 class SlowArith(ArithEnv):
     """``arith`` whose every step takes ``delay`` seconds (for crash/resume tests)."""
 
-    def __init__(self, delay: float = 0.02, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.delay = delay
-
-    async def step(self, action: Action):  # type: ignore[no-untyped-def]
-        await asyncio.sleep(self.delay)
-        return await super().step(action)
+    Config = SlowArithConfig
+    environment = SlowArithEpisode
+    config: SlowArithConfig
 
 
-def _answered(env: EchoEnv) -> float:
-    return float(env.final_answer == "ok")
+def _answered(ctx: GradingContext) -> float:
+    return float(ctx.final_answer == "ok")
 
 
-class EchoEnv(ToolEnv):
-    """A tool env whose behaviour each test sets: sleeps, crashes, typed tools."""
+class EchoEpisode(ToolEnv):
+    """A tool episode whose behaviour each test sets: sleeps, crashes, typed tools."""
 
-    id = "echo"
-    max_steps = 5
     rubric = Rubric([Component("answered_ok", _answered)])
 
-    def __init__(self, mode: str = "normal", n: int = 3) -> None:
-        super().__init__()
-        self.mode, self.n = mode, n
-
-    def tasks(self, *, seed: int = 0, n: int | None = None, split: str = "test") -> TaskSet:
-        return TaskSet(
-            [Task(id=f"echo-{i}", prompt="say ok", answer="ok") for i in range(n or self.n)]
-        )
-
     async def on_reset(self, task: Task, seed: int | None) -> None:
-        if self.mode == "reset_crash":
+        assert isinstance(self.spec, EchoEnv)
+        if self.spec.config.mode == "reset_crash":
             raise RuntimeError("broken reset")
 
     @tool
@@ -81,6 +85,40 @@ class EchoEnv(ToolEnv):
     def explode(self) -> str:
         """Raise an exception inside the environment."""
         raise ValueError("kaboom")
+
+
+class EchoConfig(BaseModel):
+    mode: str = "normal"
+    n: int = 3
+
+
+class EchoEnv(EnvSpec):
+    """The spec of ``EchoEpisode``."""
+
+    id = "echo"
+    Config = EchoConfig
+    environment = EchoEpisode
+    default_limits = Limits(max_steps=5)
+    config: EchoConfig
+
+    def tasks(self, *, seed: int = 0, n: int | None = None, split: str = "test") -> TaskSet:
+        return TaskSet(
+            [Task(id=f"echo-{i}", prompt="say ok", answer="ok") for i in range(n or self.config.n)]
+        )
+
+
+class Given(AgentFactory):
+    """The factory of one agent object the test already made (one episode's worth)."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    @property
+    def spec(self) -> AgentSpec:
+        return self.agent.spec
+
+    def new_agent(self) -> Agent:
+        return self.agent
 
 
 class ScriptAgent(Agent):

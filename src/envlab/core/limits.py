@@ -28,6 +28,8 @@ class Limits(BaseModel):
 
     def over(self, base: Limits) -> Limits:
         """``base`` with the fields set explicitly on ``self`` replacing its own."""
+        if not self.model_fields_set:
+            return base
         return base.model_copy(update={k: getattr(self, k) for k in self.model_fields_set})
 
     @classmethod
