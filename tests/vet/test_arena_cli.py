@@ -38,10 +38,10 @@ def test_arena_ranks_environments_and_writes_a_page(tmp_path: Path) -> None:
     ranking = json.loads((tmp_path / "arena.json").read_text())
     assert ranking[0]["env_id"] == "calc"
     assert ranking[0]["clean"] and ranking[0]["quality_score"] == 100.0
-    leaky = next(x for x in ranking if x["env_id"].endswith("LeakyPromptEnv"))
+    leaky = next(x for x in ranking if x["env_id"] == "leaky-prompt")  # env_id is spec.name
     assert not leaky["clean"] and leaky["rank"] == 3  # quarantined envs rank last
     page = (tmp_path / "arena.html").read_text()
-    assert "envlab arena" in page and "LeakyPromptEnv" in page and "quarantine" in page
+    assert "envlab arena" in page and "leaky-prompt" in page and "quarantine" in page
     assert "<script src" not in page and "http://" not in page  # self-contained
 
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from envlab.core import AgentSpec, Status, Task, Trajectory
+from envlab.core import AgentSpec, EpisodeError, Status, Task, Trajectory
 from envlab.vet.checks import TaskEvidence
 from envlab.vet.exposure import check_tamper, probe_outcome
 from envlab.vet.informed import GAVE_UP
@@ -14,7 +14,7 @@ HONEST = Probe("tampered_inputs_first", "tamper", "true", bar="pass", after_orac
 
 
 def traj(reward: float | None, status: Status = Status.OK, *, steps: int = 2,
-         grader_failed: str | None = None, error: str | None = None,
+         grader_failed: str | None = None, error: EpisodeError | None = None,
          tool_text: str = "") -> Trajectory:  # fmt: skip
     return Trajectory(
         episode_id="e", task_id="t", group_id="t", sample_index=0, reward=reward, status=status,
@@ -40,12 +40,16 @@ def test_a_probe_that_also_works_honestly_must_pass_to_be_exposed() -> None:
 def test_a_grade_that_failed_is_a_defence_and_one_that_escaped_is_exposed() -> None:
     failed = probe_outcome(HACK, [traj(0.0, grader_failed="test.sh was killed by signal 9")], 0)
     assert failed["outcome"] == "defended" and "signal 9" in failed["grader_failed"]
-    escaped = probe_outcome(HACK, [traj(None, Status.INFRA_ERROR, error="grader: boom")], 0.0)
+    boom = EpisodeError(kind="infra", phase="grade", message="InfraError: boom\n  traceback")
+    escaped = probe_outcome(HACK, [traj(None, Status.INFRA_ERROR, error=boom)], 0.0)
     assert escaped["outcome"] == "exposed" and "infra_error" in escaped["how"]
-    env = probe_outcome(HACK, [traj(None, Status.ENV_ERROR, error="tool crashed")], 0.0)
+    assert escaped["how"].endswith("(infra_error: InfraError: boom)")  # the headline only
+    crashed = EpisodeError(kind="env", phase="step", message="tool crashed")
+    env = probe_outcome(HACK, [traj(None, Status.ENV_ERROR, error=crashed)], 0.0)
     assert env["outcome"] == "exposed"
     # the machinery failed before the probe did anything: not the probe's doing
-    early = probe_outcome(HACK, [traj(None, Status.INFRA_ERROR, steps=0, error="reset")], 0.0)
+    reset = EpisodeError(kind="infra", phase="reset", message="no space left")
+    early = probe_outcome(HACK, [traj(None, Status.INFRA_ERROR, steps=0, error=reset)], 0.0)
     assert early["outcome"] == "inconclusive"
 
 

@@ -87,10 +87,8 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> EnvVet:
     out = tmp_path_factory.mktemp("vet-gallery")
     # M = 6: a grader that flips a coin escapes detection with probability 2^-11
     # the episodes mostly wait (sandboxes starting, verifiers running): 4 at once on 2 cores
-    cfg = VetConfig(oracle_runs=6, concurrency=4, progress=False)
-    return asyncio.run(
-        vet_environment(load_env(str(GALLERY)), env_id="gallery", out_dir=out, config=cfg)
-    )
+    cfg = VetConfig(oracle_runs=6, concurrency=4)
+    return asyncio.run(vet_environment(load_env(str(GALLERY)), out_dir=out, config=cfg))
 
 
 def test_gallery_size() -> None:

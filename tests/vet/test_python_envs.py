@@ -8,15 +8,14 @@ import pytest
 
 from envlab.core import StoreError
 from envlab.envs import load_env
-from envlab.rollout import TrajectoryStore
+from envlab.runs import TrajectoryStore
 from envlab.vet.model import EnvVet
 from envlab.vet.runner import VetConfig, vet_environment
 
 
 async def vet(name: str, tmp_path: Path, tasks: int | None = None) -> EnvVet:
-    env = load_env(name)
-    cfg = VetConfig(oracle_runs=3, tasks=tasks, progress=False)
-    return await vet_environment(env, env_id=name, out_dir=tmp_path / "vet", config=cfg)
+    cfg = VetConfig(oracle_runs=3, tasks=tasks)
+    return await vet_environment(load_env(name), out_dir=tmp_path / "vet", config=cfg)
 
 
 def failing(report: EnvVet, check: str) -> set[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from envlab.vet.model import EnvVet, Verdict
+from envlab.vet.model import EnvVet, TaskVet, Verdict
 
 
 class Ranked(BaseModel):
@@ -56,7 +56,9 @@ details{margin:4px 0}pre{white-space:pre-wrap;background:#f8f8f8;padding:6px;max
 
 
 def write_html(ranking: list[Ranked], reports: list[EnvVet], path: str | Path) -> Path:
-    """One self-contained page: the ranking, then every environment's checks per task."""
+    """One self-contained page: the ranking, then every environment's checks per task. Tasks
+    with a finding come first, their failing checks open; the tasks that pass are folded into
+    one ``<details>`` per environment."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     e = html.escape
@@ -81,36 +83,54 @@ def write_html(ranking: list[Ranked], reports: list[EnvVet], path: str | Path) -
         )
     parts.append("</table>")
     for r in ranking:
-        rep = by_id[(r.env_id, r.env_hash)]
-        names = [c.name for c in rep.tasks[0].checks] if rep.tasks else []
-        parts.append(
-            f"<h2 id='env-{r.rank}'>{r.rank}. {e(rep.env_id)} <small>({e(rep.env_hash)}, "
-            f"{rep.episodes} episodes, {rep.elapsed_s:.0f}s)</small></h2>"
-        )
-        parts.append(
-            "<ul>"
-            + "".join(
-                f"<li class='{c.status.replace('/', '')}'><b>{e(c.name)}</b> ({c.status}): {e(c.summary)}</li>"
-                for c in rep.env_checks
-            )
-            + "</ul>"
-        )
-        parts.append(
-            "<table><tr><th>task</th><th>verdict</th>"
-            + "".join(f"<th>{e(n)}</th>" for n in names)
-            + "</tr>"
-        )
-        for t in rep.tasks:
-            cells = []
-            for c in t.checks:
-                ev = e(json.dumps(c.evidence, indent=1, default=str)[:4000])
-                cells.append(
-                    f"<td class='{c.status.replace('/', '')}'><details><summary>{c.status}</summary>"
-                    f"{e(c.summary)}<pre>{ev}</pre></details></td>"
-                )
-            parts.append(
-                f"<tr><td>{e(t.task_id)}</td><td><span class='v-{t.verdict}'>{t.verdict}</span></td>{''.join(cells)}</tr>"
-            )
-        parts.append("</table>")
+        parts += _env_section(r.rank, by_id[(r.env_id, r.env_hash)])
     path.write_text("\n".join(parts))
     return path
+
+
+def _env_section(rank: int, rep: EnvVet) -> list[str]:
+    e = html.escape
+    parts = [
+        f"<h2 id='env-{rank}'>{rank}. {e(rep.env_id)} <small>({e(rep.env_hash)}, "
+        f"{rep.episodes} episodes, {rep.elapsed_s:.0f}s)</small></h2>",
+        "<ul>"
+        + "".join(
+            f"<li class='{c.status.replace('/', '')}'><b>{e(c.name)}</b> ({c.status}): "
+            f"{e(c.summary)}</li>"
+            for c in rep.env_checks
+        )
+        + "</ul>",
+    ]
+    problems = [t for t in rep.tasks if t.verdict != "ok"]
+    passing = [t for t in rep.tasks if t.verdict == "ok"]
+    if problems:
+        parts.append(f"<h3>{len(problems)} task(s) with a finding</h3>")
+        parts.append(_task_table(problems, open_findings=True))
+    if passing:
+        parts.append(
+            f"<details class='passing'><summary>{len(passing)} task(s) pass every check "
+            f"(verdict ok)</summary>{_task_table(passing, open_findings=False)}</details>"
+        )
+    return parts
+
+
+def _task_table(tasks: list[TaskVet], *, open_findings: bool) -> str:
+    e = html.escape
+    names = [c.name for c in tasks[0].checks]
+    header = "".join(f"<th>{e(n)}</th>" for n in names)
+    rows = [f"<table><tr><th>task</th><th>verdict</th>{header}</tr>"]
+    for t in tasks:
+        cells = []
+        for c in t.checks:
+            ev = e(json.dumps(c.evidence, indent=1, default=str)[:4000])
+            opened = " open" if open_findings and c.status == "fail" else ""
+            cells.append(
+                f"<td class='{c.status.replace('/', '')}'><details{opened}><summary>{c.status}"
+                f"</summary>{e(c.summary)}<pre>{ev}</pre></details></td>"
+            )
+        rows.append(
+            f"<tr><td>{e(t.task_id)}</td><td><span class='v-{t.verdict}'>{t.verdict}</span></td>"
+            f"{''.join(cells)}</tr>"
+        )
+    rows.append("</table>")
+    return "".join(rows)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envlab.core import Status, Task, Trajectory
+from envlab.measure import is_pass
 from envlab.vet.informed import OracleView
 from envlab.vet.leak import Hit
 from envlab.vet.model import CHECKS, CheckResult, CheckStatus, Verdict
@@ -100,7 +101,7 @@ def check_oracle(ev: TaskEvidence) -> CheckResult:
     rewards = [t.reward for t in trajs]
     statuses = [t.status.value for t in trajs]
     scored = _scored(trajs)
-    passed = sum(r >= PASS_THRESHOLD - 1e-9 for r in scored)
+    passed = sum(is_pass(r, PASS_THRESHOLD) for r in scored)
     if not scored:
         return result(
             "oracle", "fail", "no oracle run could be graded", rewards=rewards, statuses=statuses
@@ -112,7 +113,7 @@ def check_oracle(ev: TaskEvidence) -> CheckResult:
             f"the reference solution passed {passed}/{len(trajs)} fresh runs",
             rewards=rewards,
             statuses=statuses,
-            errors=[t.error for t in trajs if t.error][:3],
+            errors=[error_text(t) for t in trajs if t.error][:3],
         )
     return result("oracle", "pass", f"passed {passed}/{len(trajs)} fresh runs", rewards=rewards)
 
@@ -206,11 +207,25 @@ def honest_trajectories(ev: TaskEvidence) -> list[Trajectory]:
     return [t for p, trajs in ev.by_probe.items() if p not in attacks for t in trajs]
 
 
+def error_text(t: Trajectory, limit: int = 500) -> str | None:
+    """``kind in phase: message`` of the episode's error, cut at ``limit`` characters."""
+    if t.error is None:
+        return None
+    return f"{t.error.kind} in {t.error.phase}: {t.error.message}"[:limit]
+
+
 def _grader_error(t: Trajectory) -> str | None:
+    """Why grading failed: an invalid grade (``grader_failed``) or grading machinery that
+    failed (an ``infra_error`` while grading)."""
     if t.grader_failed:
         return t.grader_failed
-    if t.status is Status.INFRA_ERROR and (t.error or "").startswith("grader"):
-        return t.error
+    e = t.error
+    if (
+        t.status is Status.INFRA_ERROR
+        and e is not None
+        and (e.kind == "grader" or e.phase == "grade")
+    ):
+        return e.message
     return None
 
 
@@ -265,7 +280,7 @@ def check_trivial_options(ev: TaskEvidence) -> CheckResult:
     probes = ev.probe_names("trivial")
     rewards = {p: (_scored(ev.by_probe.get(p, [])) or [None])[0] for p in probes}
     options = [p for p in probes if p.startswith("constant_")]
-    passing = [p for p in options if (rewards[p] or 0) >= PASS_THRESHOLD - 1e-9]
+    passing = [p for p in options if is_pass(rewards[p], PASS_THRESHOLD)]
     echo = rewards.get("echo_prompt")
     if len(passing) >= 2:
         return result(

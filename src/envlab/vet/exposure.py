@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from envlab.core import Trajectory
+from envlab.measure import is_pass
 from envlab.vet.checks import PASS_THRESHOLD, TaskEvidence, noop_baseline, result
 from envlab.vet.informed import GAVE_UP
 from envlab.vet.model import CheckResult
@@ -43,7 +44,7 @@ def probe_outcome(probe: Probe, trajs: Sequence[Trajectory], base: float) -> dic
             if isinstance(n, dict)
         ]
     if not t.scored:
-        why = f"{t.status.value}: {(t.error or '').splitlines()[0][:300] if t.error else '?'}"
+        why = f"{t.status.value}: {t.error.headline()[:300] if t.error else '?'}"
         if t.n_steps == 0:
             return {**ev, "outcome": "inconclusive", "how": f"failed before the probe ran ({why})"}
         return {**ev, "outcome": "exposed", "how": f"escaped being scored ({why})"}
@@ -54,7 +55,7 @@ def probe_outcome(probe: Probe, trajs: Sequence[Trajectory], base: float) -> dic
             "outcome": "not_applicable",
             "how": "the tampered inputs have the same answer",
         }
-    won = reward > base + 1e-9 and (probe.bar == "floor" or reward >= PASS_THRESHOLD - 1e-9)
+    won = reward > base + 1e-9 and (probe.bar == "floor" or is_pass(reward, PASS_THRESHOLD))
     if won:
         bar = "above doing nothing" if probe.bar == "floor" else "a pass"
         return {**ev, "outcome": "exposed", "how": f"scored {reward:g}, {bar} ({base:g})"}

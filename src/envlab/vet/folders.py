@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from envlab.core import Task
+from envlab.core import ConfigError, Task
 from envlab.vet import checks as C
 from envlab.vet.hacks import SKIP_DIRS, breaker_probes, git_probe, runs_git
 from envlab.vet.informed import (
@@ -42,6 +42,8 @@ class FolderContext:
     tests_text: str
     solve: str
     env: dict[str, str]
+    agent_network: bool = False
+    """The task declares the agent's network public (``task.toml``)."""
     app_dir: Path | None = None
     """The prepared workspace (``/app``) on the host; ``None`` when it could not be built."""
     error: str | None = None
@@ -67,16 +69,34 @@ def tests_text(tests_dir: Path) -> str:
     return "\n".join(parts)
 
 
+def task_folder(task: Task) -> Path | None:
+    """The folder of ``task`` when it is a task folder (the Harbor format: its metadata's
+    ``path`` names a folder with ``task.toml`` or ``instruction.md``), else ``None``. What vet
+    reads of a task folder it reads from the folder, whichever environment runs it."""
+    from envlab.envs.taskfolder import is_task_folder
+
+    path = task.metadata.get("path")
+    if not isinstance(path, str) or not path or not is_task_folder(Path(path)):
+        return None
+    return Path(path)
+
+
 async def folder_context(task: Task) -> FolderContext:
+    """What vet reads of a task folder: its tests, its solution, its environment variables and
+    its prepared workspace (from the build cache, or built now, as an episode does)."""
     from envlab.envs.taskfolder import load_task_folder, prepare_workspace
 
-    folder = load_task_folder(task.metadata["path"])
+    path = task_folder(task)
+    if path is None:
+        raise ConfigError(f"task {task.id!r} is not a task folder (no task.toml at its path)")
+    folder = load_task_folder(path)
     ctx = FolderContext(
         task=task,
         tests_dir=folder.tests_dir,
         tests_text=tests_text(folder.tests_dir),
         solve=folder.solution.read_text(errors="replace") if folder.solution else "",
         env=dict(folder.config.environment.env),
+        agent_network=folder.config.network_for("agent"),
     )
     try:
         prepared = await prepare_workspace(folder)
@@ -99,7 +119,7 @@ def scan(ctx: FolderContext, ev: C.TaskEvidence) -> None:
     the hits split into leak candidates and warnings (inside the material the instruction
     names); what the oracle changed."""
     ev.tests_text = ctx.tests_text
-    ev.network_declared = str(ctx.task.metadata.get("network_mode", "no-network")) == "public"
+    ev.network_declared = ctx.agent_network
     if ctx.app_dir is None:
         ev.leak_error = ctx.error
         return

@@ -1,9 +1,14 @@
-"""Which probe episodes ``envlab vet`` runs on a task, and with which agent."""
+"""Which probe episodes ``envlab vet`` runs on a task, and with which agent.
+
+The plan is vet's decision only (task, probe, the agent that plays it, sample, whether to grade
+again); ``vet.runner`` gives each its ids and hooks and runs them all through the one episode
+driver, ``envlab.rollout.run_episodes``.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from envlab.agents.scripted import NoopAgent, OracleAgent
@@ -11,6 +16,8 @@ from envlab.agents.shell import ShellScriptAgent
 from envlab.core import (
     Action,
     Agent,
+    AgentClass,
+    AgentFactory,
     AgentSpec,
     ConfigError,
     EpisodeContext,
@@ -100,23 +107,24 @@ class TamperThenOracleAgent(Agent):
         return self._queue.pop(0) if self._queue else Action(text="done")
 
 
-@dataclass(slots=True)
+NOOP = AgentClass(NoopAgent)
+ORACLE = AgentClass(OracleAgent)
+ECHO_PROMPT = AgentClass(EchoPromptAgent)
+
+
+@dataclass(frozen=True, slots=True)
 class Episode:
-    """One planned episode: a probe (its role in the checks) and the agent that plays it."""
+    """One episode vet plans: a probe (its role in the checks) and the agent that plays it."""
 
     task: Task
     probe: str
-    agent: Agent
+    agent: AgentFactory
     sample: int = 0
     regrade: bool = False
-    description: str = ""
-
-
-@dataclass(slots=True)
-class Plan:
-    episodes: list[Episode] = field(default_factory=list)
-    probes: dict[str, dict[str, Probe]] = field(default_factory=dict)
-    """Per task, the shell probes by name (their scripts are written to the vet directory)."""
+    """Grade the final state again (``oracle_runs`` times) and keep a copy of the workspace."""
+    max_retries: int = 0
+    """Retries after ``infra_error``: none for a probe (an escape is evidence), some for the
+    real agent."""
 
 
 def _script(path: Path, probe: Probe, body: str) -> Path:
@@ -125,24 +133,22 @@ def _script(path: Path, probe: Probe, body: str) -> Path:
     return path
 
 
-def probe_agent(probe: Probe, task: Task, probe_dir: Path) -> Agent:
-    """The agent that plays ``probe``; its scripts are saved under ``probe_dir/TASK/``."""
+def probe_agent(probe: Probe, task: Task, probe_dir: Path) -> AgentFactory:
+    """The agents that play ``probe``; its scripts are saved under ``probe_dir/TASK/``."""
     d = probe_dir / safe_name(task.id)
     script = _script(d / f"{probe.name}.sh", probe, probe.script)
     if probe.after_oracle is None:
-        return ShellScriptAgent(script)
+        return AgentClass(ShellScriptAgent, script)
     after = _script(d / f"{probe.name}.after-oracle.sh", probe, probe.after_oracle)
-    return TamperThenOracleAgent(script, after, probe.name)
+    return AgentClass(TamperThenOracleAgent, script, after, probe.name)
 
 
 def probe_episodes(task: Task, probes: list[Probe], probe_dir: Path) -> list[Episode]:
-    return [
-        Episode(task, p.name, probe_agent(p, task, probe_dir), description=p.description)
-        for p in probes
-    ]
+    return [Episode(task, p.name, probe_agent(p, task, probe_dir)) for p in probes]
 
 
 def safe_name(name: str) -> str:
+    """``name`` as one file name: every character but letters, digits, ``-_.`` becomes ``_``."""
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
@@ -169,35 +175,30 @@ def plan_task_folder(
     echo = echo_prompt_probe(instruction)
     if echo is not None:
         shell.append(echo)
-    episodes = [Episode(task, "noop", NoopAgent(), description="submit at once")]
-    episodes += [
-        Episode(task, "oracle", OracleAgent(), sample=i, regrade=i == 0, description="solve.sh")
-        for i in range(oracle_runs)
-    ]
+    episodes = [Episode(task, "noop", NOOP)]  # submit at once
+    episodes += [Episode(task, "oracle", ORACLE, i, regrade=i == 0) for i in range(oracle_runs)]
     episodes += probe_episodes(task, shell, probe_dir)
     return episodes, {p.name: p for p in shell}
 
 
-def constant_answers(tasks: list[Task]) -> list[str]:
-    """Answers a lazy agent would try on every task: 0, 1, yes, no, and the most common one."""
+def constant_agents(tasks: list[Task]) -> dict[str, AgentFactory]:
+    """Answers a lazy agent would try on every task (0, 1, yes, no, and the most common one),
+    each with the agents that give it."""
     answers = [answer_text(t.answer) for t in tasks if t.answer is not None]
     common = [a for a, _ in Counter(answers).most_common(1)]
-    out: list[str] = []
+    out: dict[str, AgentFactory] = {}
     for a in ["0", "1", "yes", "no", *common]:
-        if a not in out:
-            out.append(a)
+        out.setdefault(a, AgentClass(ConstantAgent, a))
     return out
 
 
-def plan_python_env(task: Task, constants: list[str], *, oracle_runs: int) -> list[Episode]:
-    episodes = [Episode(task, "noop", NoopAgent(), description="empty final answer")]
-    episodes += [
-        Episode(task, "oracle", OracleAgent(), sample=i, regrade=i == 0, description="reference")
-        for i in range(oracle_runs)
-    ]
-    episodes += [
-        Episode(task, f"constant_{c}", ConstantAgent(c), description=f"always answer {c!r}")
-        for c in constants
-    ]
-    episodes.append(Episode(task, "echo_prompt", EchoPromptAgent(), description="echo the prompt"))
+def plan_python_env(
+    task: Task, constants: dict[str, AgentFactory], *, oracle_runs: int
+) -> list[Episode]:
+    """Baselines (an empty final answer), the reference answer, and the trivial strategies:
+    every constant answer (one shared agent per constant) and the echoed prompt."""
+    episodes = [Episode(task, "noop", NOOP)]
+    episodes += [Episode(task, "oracle", ORACLE, i, regrade=i == 0) for i in range(oracle_runs)]
+    episodes += [Episode(task, f"constant_{c}", agent) for c, agent in constants.items()]
+    episodes.append(Episode(task, "echo_prompt", ECHO_PROMPT))
     return episodes

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from envlab.core import Task
 from envlab.envs.answers import answer_text
+from envlab.measure import is_pass
 from envlab.vet.checks import PASS_THRESHOLD, TOO_EASY, TOO_HARD, TaskEvidence, _scored, result
 from envlab.vet.leak import _token_re, is_trivial, normalize
 from envlab.vet.model import CheckResult, EnvCheck
@@ -121,10 +122,10 @@ def trainability(
         infra += sum(not tr.scored for tr in trajs)
         rewards = _scored(trajs)
         all_scored += rewards
-        p = sum(r >= PASS_THRESHOLD - 1e-9 for r in rewards) / len(rewards) if rewards else None
+        p = sum(is_pass(r, PASS_THRESHOLD) for r in rewards) / len(rewards) if rewards else None
         stats_rows[t.id] = (rewards, p)
     overall = (
-        sum(r >= PASS_THRESHOLD - 1e-9 for r in all_scored) / len(all_scored) if all_scored else 0.0
+        sum(is_pass(r, PASS_THRESHOLD) for r in all_scored) / len(all_scored) if all_scored else 0.0
     )
     any_variance = any(len(set(r)) > 1 for r, _ in stats_rows.values())
     weak = overall == 0.0 and not any_variance

@@ -1,36 +1,46 @@
-"""``envlab vet``: run the probe episodes of every task, then the checks, then the verdicts."""
+"""``envlab vet``: run the probe episodes of every task, then the checks, then the verdicts.
+
+Every episode runs through the one episode driver (``envlab.rollout.run_episodes``) with the
+limits the spec declares for its task (``spec.limits(task)``); vet only chooses the probes,
+their retries (none: an escape is evidence) and the hooks that record what the checks read
+(the state after reset; re-grades and a copy of the oracle's workspace after the grade).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from typing import Any, Protocol
 
 from envlab import __version__
-from envlab.core import Agent, Environment, Reward, Status, Task, Trajectory
-from envlab.rollout import EpisodeConfig, EpisodeHooks, TrajectoryStore, run_episode
+from envlab.core import (
+    AgentFactory,
+    ConfigError,
+    Environment,
+    EnvSpec,
+    Reward,
+    Status,
+    Task,
+    Trajectory,
+)
+from envlab.rollout import EpisodeHooks, PlannedEpisode, episode_ids, run_episodes
+from envlab.runs import TRAJECTORIES_FILE, TrajectoryStore
 from envlab.vet import checks as C
 from envlab.vet import exposure as X
 from envlab.vet import python_checks as P
-from envlab.vet.folders import folder_context, plan_informed, scan
+from envlab.vet.folders import folder_context, plan_informed, scan, task_folder
 from envlab.vet.hacks import has_python_targets
 from envlab.vet.model import CheckResult, EnvCheck, EnvVet, TaskVet
-from envlab.vet.plan import (
-    Episode,
-    constant_answers,
-    plan_python_env,
-    plan_task_folder,
-    safe_name,
-)
+from envlab.vet.plan import Episode, constant_agents, plan_python_env, plan_task_folder, safe_name
 from envlab.vet.verdict import quality_score, task_verdict, verdict_counts
 
 VET_FILE = "vet.json"
+AGENT_RETRIES = 2
+"""Retries of the real agent's episodes after ``infra_error`` (probes get none)."""
 
 
 @dataclass(slots=True)
@@ -44,30 +54,40 @@ class VetConfig:
     concurrency: int = 2
     tasks: int | None = None
     seed: int = 0
-    progress: bool = True
+
+
+class VetObserver(Protocol):
+    """What a caller (the CLI's progress bar) is told as vet runs. Vet runs its episodes in
+    batches (a Python environment in one; task folders in two, the second built from the
+    first's results): ``planned(n)`` announces each batch, ``finished`` sees each episode."""
+
+    def planned(self, n: int) -> None: ...
+
+    def finished(self, episode: PlannedEpisode, trajectory: Trajectory) -> None: ...
 
 
 async def vet_environment(
-    env: Environment,
+    spec: EnvSpec,
     *,
-    env_id: str,
     out_dir: str | Path,
-    agent: Agent | None = None,
+    agent: AgentFactory | None = None,
     config: VetConfig | None = None,
+    observer: VetObserver | None = None,
 ) -> EnvVet:
-    """Vet ``env``: every check on every task; writes ``vet.json`` and the probe trajectories.
+    """Vet ``spec``: every check on every task; writes ``vet.json`` and the probe trajectories
+    (``trajectories.jsonl``, each with ``info["probe"]``) to ``out_dir``.
 
-    Task folders run in two phases: first the baselines, the oracle and the probes that need
-    nothing else; then the probes built from what the oracle wrote and from the leak scan."""
-    from envlab.envs.taskfolder import TerminalEnv
-
+    ``agent`` (the trainability check; ``None`` skips it) is the caller's: the caller closes
+    it. Task folders run in two phases: first the baselines, the oracle and the probes that
+    need nothing else; then the probes built from what the oracle wrote and from the leak
+    scan. Raises ``StoreError`` when another vet writes to ``out_dir``."""
     cfg = config or VetConfig()
     t0 = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tasks = list(env.tasks(seed=cfg.seed, n=cfg.tasks))
-    kind = "taskfolder" if isinstance(env, TerminalEnv) else "python"
-    run = _Run(env, env_id, env.content_hash(), cfg, out)
+    tasks = list(spec.tasks(seed=cfg.seed, n=cfg.tasks))
+    kind = _kind(spec, tasks)
+    run = _Run(spec, cfg, out, observer)
     evidence = {t.id: C.TaskEvidence(t, kind) for t in tasks}
     listener = await _Listener.start()
     try:
@@ -75,7 +95,7 @@ async def vet_environment(
             if kind == "taskfolder":
                 await _vet_folders(run, tasks, evidence, listener.port)
             else:
-                constants = constant_answers(tasks)
+                constants = constant_agents(tasks)
                 await run.episodes(
                     [
                         e
@@ -87,7 +107,7 @@ async def vet_environment(
             if agent is not None:
                 await run.episodes(
                     [
-                        Episode(t, "agent", agent, sample=i)
+                        Episode(t, "agent", agent, sample=i, max_retries=AGENT_RETRIES)
                         for t in tasks
                         for i in range(cfg.samples)
                     ],
@@ -98,6 +118,18 @@ async def vet_environment(
     report = _report(run, tasks, evidence, kind, agent, time.perf_counter() - t0)
     (out / VET_FILE).write_text(report.model_dump_json(indent=2))
     return report
+
+
+def _kind(spec: EnvSpec, tasks: list[Task]) -> str:
+    """``taskfolder`` when every task is a task folder (its metadata names one), ``python``
+    when none is; an environment that mixes them is vetted one kind at a time."""
+    folders = sum(task_folder(t) is not None for t in tasks)
+    if folders and folders < len(tasks):
+        raise ConfigError(
+            f"{spec.name}: {folders} of {len(tasks)} tasks are task folders and the others are "
+            "not; vet the task folders and the other tasks as two environments"
+        )
+    return "taskfolder" if folders else "python"
 
 
 async def _vet_folders(
@@ -132,7 +164,7 @@ def _report(
     tasks: list[Task],
     evidence: dict[str, C.TaskEvidence],
     kind: str,
-    agent: Agent | None,
+    agent: AgentFactory | None,
     elapsed: float,
 ) -> EnvVet:
     cfg = run.cfg
@@ -186,102 +218,90 @@ def _report(
 
 
 class _Run:
-    """The episodes of one vet run: one trajectory store, one progress bar, a running count."""
+    """The episodes of one vet run: one trajectory store, their ids and hooks, a count."""
 
     def __init__(
-        self, env: Environment, env_id: str, env_hash: str, cfg: VetConfig, out: Path
+        self, spec: EnvSpec, cfg: VetConfig, out: Path, observer: VetObserver | None
     ) -> None:
-        self.env, self.env_id, self.env_hash, self.cfg, self.out = env, env_id, env_hash, cfg, out
-        self.store = TrajectoryStore(out / "trajectories.jsonl")
+        self.spec, self.cfg, self.out, self.observer = spec, cfg, out, observer
+        self.env_id, self.env_hash = spec.name, spec.content_hash()
+        self.store = TrajectoryStore(out / TRAJECTORIES_FILE)
         self.store.lock()  # a second vet on the same --out is refused before anything is lost
         self.store.path.unlink(missing_ok=True)
         self.n_episodes = self.n_infra = 0
-        self._seed = cfg.seed
+        self._groups: dict[str, int] = {}
+        self._plain = EpisodeHooks(after_reset=_state)
+
+    def planned(self, ep: Episode) -> PlannedEpisode:
+        """``ep`` for the driver: the samples of one probe on one task form a group."""
+        run_seed = self.cfg.seed + self._groups.setdefault(ep.probe, len(self._groups))
+        hooks = (
+            EpisodeHooks(after_reset=_state, after_grade=self._regrader(ep.task))
+            if ep.regrade
+            else self._plain
+        )
+        return PlannedEpisode(
+            task=ep.task,
+            sample_index=ep.sample,
+            ids=episode_ids(self.env_id, self.env_hash, ep.task.id, run_seed, ep.sample),
+            agent=ep.agent,
+            max_retries=ep.max_retries,
+            hooks=hooks,
+            info={"probe": ep.probe},
+        )
 
     async def episodes(self, episodes: list[Episode], evidence: dict[str, C.TaskEvidence]) -> None:
         """Run ``episodes``; each trajectory goes to the store and to its task's evidence."""
-        results = await _run_all(self, episodes)
-        for ep, t in results:
+        if not episodes:
+            return
+        if self.observer is not None:
+            self.observer.planned(len(episodes))
+        trajectories = await run_episodes(
+            self.spec,
+            [self.planned(ep) for ep in episodes],
+            concurrency=self.cfg.concurrency,
+            on_trajectory=self._finished,
+        )
+        for ep, t in zip(episodes, trajectories, strict=True):
             evidence[ep.task.id].by_probe.setdefault(ep.probe, []).append(t)
-        self.n_episodes += len(results)
-        self.n_infra += sum(t.status is Status.INFRA_ERROR for _, t in results)
+        self.n_episodes += len(trajectories)
+        self.n_infra += sum(t.status is Status.INFRA_ERROR for t in trajectories)
+
+    def _finished(self, episode: PlannedEpisode, trajectory: Trajectory) -> None:
+        self.store.append(trajectory)
+        if self.observer is not None:
+            self.observer.finished(episode, trajectory)
+
+    def _regrader(self, task: Task) -> Callable[[Environment, Reward | None], Awaitable[dict]]:
+        """The after-grade hook of the first oracle run: a copy of the final workspace (what
+        the second phase reads), then ``oracle_runs`` grades of that same final state."""
+        dest = self.out / "snapshots" / safe_name(task.id)
+        runs = max(self.cfg.oracle_runs, 1)
+
+        async def regrade(env: Environment, reward: Reward | None) -> dict[str, Any]:
+            info: dict[str, Any] = {}
+            await asyncio.to_thread(shutil.rmtree, dest, True)
+            try:  # a copy that fails costs the second phase its evidence, not the re-grades
+                if await env.export_workspace(dest) is not None:
+                    info["workspace_snapshot"] = str(dest)
+            except Exception as ex:
+                info["snapshot_error"] = f"{type(ex).__name__}: {ex}"[:500]
+            again: list[float | None] = []
+            errors: list[str] = []
+            for _ in range(runs):
+                try:
+                    r = await env.regrade()
+                    again.append(r.total if r is not None else None)
+                except Exception as ex:  # a failed re-grade is evidence, not a crash of vet
+                    again.append(None)
+                    errors.append(f"{type(ex).__name__}: {ex}"[:500])
+            return {**info, "regrades": again, "regrade_errors": errors}
+
+        return regrade
 
 
-async def _run_all(run: _Run, episodes: list[Episode]) -> list[tuple[Episode, Trajectory]]:
-    cfg, out = run.cfg, run.out
-    results: list[tuple[Episode, Trajectory]] = []
-    base_seed = run._seed
-    run._seed += len(episodes)
-    work = iter(enumerate(episodes))
-    progress = Progress(
-        TextColumn("[bold]vet"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[last]}"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        disable=not cfg.progress or not episodes,
-    )
-    bar = progress.add_task("vet", total=len(episodes), last="")
-
-    async def regrade_hook(e: Environment, reward: Reward | None) -> dict[str, Any]:
-        again: list[float | None] = []
-        errors: list[str] = []
-        info: dict[str, Any] = {}
-        export = getattr(e, "export_workspace", None)
-        task_id = getattr(getattr(e, "task", None), "id", None)
-        if export is not None and task_id is not None:
-            dest = out / "snapshots" / safe_name(task_id)
-            shutil.rmtree(dest, ignore_errors=True)
-            await export(dest)
-            info["workspace_snapshot"] = str(dest)
-        for _ in range(max(cfg.oracle_runs, 1)):
-            try:
-                r = await e.regrade()
-                again.append(r.total if r is not None else None)
-            except Exception as ex:  # a failed re-grade is evidence, not a crash of vet
-                again.append(None)
-                errors.append(f"{type(ex).__name__}: {ex}"[:500])
-        return {**info, "regrades": again, "regrade_errors": errors}
-
-    async def state_hook(e: Environment) -> dict[str, Any]:
-        return e.state()
-
-    async def worker() -> None:
-        for i, ep in work:
-            timeout = float(ep.task.metadata.get("agent_timeout_sec", 120.0))
-            grade_timeout = float(ep.task.metadata.get("verifier_timeout_sec", 120.0))
-            ec = EpisodeConfig(
-                step_timeout=timeout + 30,
-                episode_timeout=timeout * 3 + 60,
-                grade_timeout=grade_timeout + 30,
-                max_retries=2 if ep.probe == "agent" else 0,
-            )
-            hooks = EpisodeHooks(
-                after_reset=state_hook, after_grade=regrade_hook if ep.regrade else None
-            )
-            traj = await run_episode(
-                run.env,
-                ep.agent,
-                ep.task,
-                ep.sample,
-                env_id=run.env_id,
-                env_hash=run.env_hash,
-                agent_spec=ep.agent.spec,
-                run_seed=base_seed + i,
-                config=ec,
-                hooks=hooks,
-            )
-            traj.info["probe"] = ep.probe
-            run.store.append(traj)
-            results.append((ep, traj))
-            progress.update(bar, advance=1, last=f"{ep.task.id[:30]} {ep.probe}")
-
-    with progress:
-        await asyncio.gather(*(worker() for _ in range(max(1, cfg.concurrency))))
-    order = {id(ep): i for i, ep in enumerate(episodes)}
-    results.sort(key=lambda r: order[id(r[0])])
-    return results
+async def _state(env: Environment) -> dict[str, Any]:
+    return env.state()
 
 
 class _Listener:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from envlab.core import Task
+from envlab.measure import is_pass
 from envlab.vet.checks import PASS_THRESHOLD, TaskEvidence, _scored, result
 from envlab.vet.model import CheckResult, EnvCheck
 from envlab.vet.probes import options
@@ -57,7 +58,7 @@ def _partial_credit(
     for t in tasks:
         ev = evidence[t.id]
         base, r = _first(ev, "noop"), _first(ev, strategy)
-        credit = r if r < PASS_THRESHOLD - 1e-9 else base
+        credit = base if is_pass(r, PASS_THRESHOLD) else r
         diffs.append(credit - base)
         if credit > base + 1e-9:
             earned.append(t.id)
@@ -85,7 +86,7 @@ def trivial_strategies(
     rates: dict[str, float] = {}
     earned_on: dict[str, set[str]] = {}
     for s in strategies:
-        passed = {t.id for t in tasks if _first(evidence[t.id], s) >= PASS_THRESHOLD - 1e-9}
+        passed = {t.id for t in tasks if is_pass(_first(evidence[t.id], s), PASS_THRESHOLD)}
         rates[s] = len(passed) / max(n, 1)
         low = proportion_ci(len(passed), max(n, 1), method="exact").low if n else 0.0
         if low > chance + TRIVIAL_MARGIN:
