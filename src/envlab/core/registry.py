@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import sys
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from envlab.core.errors import NotFoundError
@@ -64,14 +69,13 @@ class Registry:
 
 
 def import_path(path: str, kind: str) -> Any:
+    """``module.sub:attribute`` (a module installed or in the working directory) or
+    ``file.py:attribute`` (a Python file, relative to the working directory)."""
     module_name, _, attr = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise NotFoundError(
-            f"cannot import module {module_name!r} for {kind} {path!r}: {e}. "
-            "Check that the package is installed and the path is 'module.sub:attribute'."
-        ) from e
+    if module_name.endswith(".py"):
+        module = _import_file(Path(module_name), path, kind)
+    else:
+        module = _import_module(module_name, path, kind)
     obj: Any = module
     for part in attr.split("."):
         try:
@@ -81,3 +85,39 @@ def import_path(path: str, kind: str) -> Any:
                 f"module {module_name!r} has no attribute {attr!r} (from {kind} {path!r})"
             ) from None
     return obj
+
+
+def _import_module(module_name: str, path: str, kind: str) -> ModuleType:
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:  # as `python -m` would: the project here
+        sys.path.append(cwd)
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as e:
+        raise NotFoundError(
+            f"cannot import module {module_name!r} for {kind} {path!r}: {e}. Check that the "
+            "package is installed or in the current directory, and that the path is "
+            "'module.sub:attribute' (or 'file.py:attribute')."
+        ) from e
+
+
+def _import_file(file: Path, path: str, kind: str) -> ModuleType:
+    if not file.is_file():
+        raise NotFoundError(f"no file {str(file)!r} for {kind} {path!r} (from {os.getcwd()})")
+    name = file.stem
+    known = sys.modules.get(name)
+    if known is not None and Path(getattr(known, "__file__", "") or "").resolve() == file.resolve():
+        return known
+    spec = importlib.util.spec_from_file_location(name, file.resolve())
+    if spec is None or spec.loader is None:
+        raise NotFoundError(f"cannot load {str(file)!r} as Python for {kind} {path!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # so that its classes' source can be found (content hashes)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[name]
+        raise NotFoundError(
+            f"{str(file)!r} (for {kind} {path!r}) failed to import: {type(e).__name__}: {e}"
+        ) from e
+    return module

@@ -14,7 +14,8 @@ ENVS = Registry("envlab.envs", "environment")
 def load_env(name: str, **kwargs: Any) -> EnvSpec:
     """The spec of an environment by registered name, ``module:Spec`` path, or the path of a
     task folder (or of a directory of task folders), configured with ``kwargs``."""
-    if "/" in name or name.startswith(".") or Path(name).is_dir():
+    is_python_file = name.partition(":")[0].endswith(".py")
+    if not is_python_file and ("/" in name or name.startswith(".") or Path(name).is_dir()):
         path = Path(name)
         if not path.exists():
             raise ConfigError(
