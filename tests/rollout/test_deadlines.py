@@ -14,7 +14,9 @@ import pytest
 from envlab.core import (
     Action,
     Agent,
+    AgentClass,
     AgentSpec,
+    Limits,
     Observation,
     Status,
     ToolCall,
@@ -22,15 +24,11 @@ from envlab.core import (
     not_agent_seconds,
     not_agent_time,
 )
-from envlab.rollout import (
-    TRAJECTORIES_FILE,
-    EpisodeConfig,
-    TrajectoryStore,
-    rollout,
-    run_episode,
-)
+from envlab.rollout import EpisodeConfig, rollout
 from envlab.rollout.deadlines import Deadlines
-from tests.support.envs import EchoEnv
+from envlab.runs import TRAJECTORIES_FILE, TrajectoryStore
+from tests.support.envs import EchoEnv, EchoEpisode
+from tests.support.play import echo_with, play
 
 STEP = 0.5
 """The step limit: generous next to an action that takes no time, a third of the forced wait."""
@@ -69,9 +67,6 @@ class QueuedAgent(Agent):
     def spec(self) -> AgentSpec:
         return AgentSpec(name=self.name)
 
-    def spawn(self) -> QueuedAgent:
-        return QueuedAgent(self.model, self.tool_steps)
-
     async def act(self, observation: Observation) -> Action:
         text = await self.model.answer()
         if self._left > 0:
@@ -85,18 +80,9 @@ async def hold(model: SharedModel, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
 
-async def one(agent: Agent, **cfg: object):  # type: ignore[no-untyped-def]
-    env = EchoEnv()
-    return await run_episode(
-        env,
-        agent,
-        env.tasks()[0],
-        0,
-        env_id="echo",
-        env_hash=env.content_hash(),
-        agent_spec=agent.spec,
-        config=EpisodeConfig(retry_backoff=0.0, max_retries=0, **cfg),  # type: ignore[arg-type]
-    )
+async def one(agent: Agent, **limits: object):  # type: ignore[no-untyped-def]
+    """One echo episode, no retries; ``limits``: ``Limits`` fields and ``wait_timeout``."""
+    return await play(EchoEnv(), agent, **limits)  # type: ignore[arg-type]
 
 
 async def test_concurrent_episodes_queued_on_one_model_do_not_time_out(tmp_path: Path) -> None:
@@ -106,13 +92,13 @@ async def test_concurrent_episodes_queued_on_one_model_do_not_time_out(tmp_path:
     env = EchoEnv(n=8)
     result = await rollout(
         env,
-        QueuedAgent(model, tool_steps=1),
+        AgentClass(QueuedAgent, model, tool_steps=1),
         env.tasks(),
         out_dir=tmp_path / "run",
         concurrency=8,
-        progress=False,
-        env_id="echo",
-        episode_config=EpisodeConfig(step_timeout=STEP, episode_timeout=2 * STEP),
+        config=EpisodeConfig(
+            overrides=Limits.overrides(step_timeout_s=STEP, episode_timeout_s=2 * STEP)
+        ),
     )
     await holder
     errors = [t.error for t in TrajectoryStore(tmp_path / "run" / TRAJECTORIES_FILE).load()]
@@ -125,22 +111,25 @@ async def test_waited_time_is_recorded_and_a_slow_agent_still_times_out() -> Non
     model = SharedModel()
     holder = asyncio.create_task(hold(model, HOLD))
     await asyncio.sleep(0)
-    t = await one(QueuedAgent(model), step_timeout=STEP)
+    t = await one(QueuedAgent(model), step_timeout_s=STEP)
     await holder
     assert t.status is Status.OK and t.reward == 1.0
     assert t.timings.waited_s > 0.0
 
     slow = SharedModel(work_s=60.0)  # served at once, but thinks far past the limit
-    t = await one(QueuedAgent(slow), step_timeout=STEP)
+    t = await one(QueuedAgent(slow), step_timeout_s=STEP)
     assert t.status is Status.TIMEOUT
-    assert "step 0 took longer than step_timeout=0.5s while the agent was acting" in (t.error or "")
+    assert t.error is not None and (t.error.kind, t.error.phase) == ("timeout", "act")
+    assert "step 0 took longer than step_timeout_s=0.5s while the agent was acting" in (
+        t.error.message
+    )
 
 
 async def test_the_episode_limit_is_extended_by_the_waits_too() -> None:
     model = SharedModel()
     holder = asyncio.create_task(hold(model, HOLD))
     await asyncio.sleep(0)
-    t = await one(QueuedAgent(model, tool_steps=2), step_timeout=None, episode_timeout=STEP)
+    t = await one(QueuedAgent(model, tool_steps=2), step_timeout_s=None, episode_timeout_s=STEP)
     await holder
     assert t.status is Status.OK and t.n_steps == 3
 
@@ -162,7 +151,7 @@ async def test_nested_waits_and_waits_in_child_tasks_pause_the_clock_once() -> N
             await asyncio.create_task(wait(HOLD / 2))
             return Action(text="ok")
 
-    t = await one(Parallel(), step_timeout=STEP)
+    t = await one(Parallel(), step_timeout_s=STEP)
     assert t.status is Status.OK and t.reward == 1.0
 
 
@@ -182,7 +171,7 @@ async def test_credited_time_is_taken_off_the_clock() -> None:
                 credit_not_agent_time(STEP / 2, "failed model request")
             return Action(text="ok")
 
-    t = await one(Crediting(), step_timeout=STEP)
+    t = await one(Crediting(), step_timeout_s=STEP)
     assert t.status is Status.OK and t.timings.waited_s > 0.0
 
 
@@ -199,36 +188,28 @@ async def test_waits_are_bounded_by_wait_timeout_as_infra_error() -> None:
                 await asyncio.sleep(60)
             return Action(text="ok")
 
-    t = await one(Stuck(), step_timeout=STEP, wait_timeout=STEP)
+    t = await one(Stuck(), step_timeout_s=STEP, wait_timeout=STEP)
     assert t.status is Status.INFRA_ERROR and not t.scored
-    assert "wait_timeout=0.5s" in (t.error or "") and "model queue" in (t.error or "")
+    assert t.error is not None and t.error.kind == "infra"
+    assert "wait_timeout=0.5s" in t.error.message and "model queue" in t.error.message
     # bounded and recorded even when the agent has no time limits at all
-    t = await one(Stuck(), step_timeout=None, episode_timeout=None, wait_timeout=STEP)
-    assert t.status is Status.INFRA_ERROR and "wait_timeout=0.5s" in (t.error or "")
+    t = await one(Stuck(), step_timeout_s=None, episode_timeout_s=None, wait_timeout=STEP)
+    assert t.status is Status.INFRA_ERROR
+    assert t.error is not None and "wait_timeout=0.5s" in t.error.message
     assert t.timings.waited_s > 0.0
 
 
 async def test_waits_do_not_stretch_the_reset_limit() -> None:
-    class WaitingReset(EchoEnv):
+    class WaitingReset(EchoEpisode):
         async def on_reset(self, task, seed):  # type: ignore[no-untyped-def]
             async with not_agent_time("sandbox start"):
                 await asyncio.sleep(60)
 
-    t = await one(QueuedAgent(SharedModel()), reset_timeout=STEP)
+    t = await one(QueuedAgent(SharedModel()), reset_timeout_s=STEP)
     assert t.status is Status.OK  # sanity: the plain env resets at once
-    env = WaitingReset()
-    t = await run_episode(
-        env,
-        QueuedAgent(SharedModel()),
-        env.tasks()[0],
-        0,
-        env_id="echo",
-        env_hash=env.content_hash(),
-        agent_spec=AgentSpec(name="queued"),
-        config=EpisodeConfig(reset_timeout=STEP, max_retries=0),
-    )
-    assert t.status is Status.INFRA_ERROR
-    assert "reset took longer than reset_timeout=0.5s" in (t.error or "")
+    t = await play(echo_with(WaitingReset), QueuedAgent(SharedModel()), reset_timeout_s=STEP)
+    assert t.status is Status.INFRA_ERROR and t.error is not None
+    assert "reset took longer than reset_timeout_s=0.5s" in t.error.message
 
 
 async def test_outside_an_episode_nothing_is_paused() -> None:

@@ -13,10 +13,12 @@ import math
 from typing import Any, ClassVar
 
 import pytest
+from pydantic import BaseModel
 
 from envlab.core import (
     Action,
     Environment,
+    EnvSpec,
     GraderFailed,
     InfraError,
     Observation,
@@ -28,53 +30,41 @@ from envlab.core import (
     Trajectory,
 )
 from envlab.measure.summary import summarize
-from envlab.rollout import EpisodeConfig, run_episode
 from tests.support.envs import ScriptAgent
+from tests.support.play import play
 
 HANG = "hang"
 Outcome = float | Reward | BaseException | str | None
 
 
-class ScriptedGraderEnv(Environment):
-    """An episode of ``steps`` steps (each rewarding ``step_reward``), whose successive calls to
-    ``grade``/``regrade`` (counted across the fresh instances ``spawn`` makes) play ``outcomes``:
-    a number or ``Reward`` is returned, an exception raised, ``"hang"`` never returns, ``None``
-    means "sum the step rewards"."""
+class ScriptedGraderConfig(BaseModel):
+    steps: int = 1
+    step_reward: float = 0.0
+    metadata: dict[str, Any] = {}
 
-    id = "scripted-grader"
-    calls: ClassVar[list[str]] = []
 
-    def __init__(
-        self,
-        outcomes: list[Outcome],
-        *,
-        steps: int = 1,
-        step_reward: float = 0.0,
-        metadata: dict[str, Any] | None = None,
-    ) -> None:
-        self.outcomes = outcomes  # shared by every spawned instance: one script per test
-        self.steps, self.step_reward = steps, step_reward
-        self.metadata = metadata or {}
+class ScriptedGraderEpisode(Environment):
+    """One episode of ``ScriptedGraderEnv``: its grades come from the spec's script."""
+
+    def __init__(self, spec: ScriptedGraderEnv) -> None:
+        self.spec = spec
         self._n = 0
-
-    def tasks(self, *, seed: int = 0, n: int | None = None, split: str = "test") -> TaskSet:
-        return TaskSet([Task(id="only", prompt="do it", metadata=self.metadata)])
 
     async def reset(self, task: Task, seed: int | None = None) -> Observation:
-        self._n = 0
         return Observation(text=task.prompt)
 
     async def step(self, action: Action) -> StepResult:
         self._n += 1
+        cfg = self.spec.config
         return StepResult(
-            Observation(text="noted"), reward=self.step_reward, done=self._n >= self.steps
+            Observation(text="noted"), reward=cfg.step_reward, done=self._n >= cfg.steps
         )
 
     async def _play(self, name: str) -> Reward | None:
         ScriptedGraderEnv.calls.append(name)
-        if not self.outcomes:
+        if not self.spec.outcomes:
             raise AssertionError(f"{name}() called more often than the test scripted")
-        outcome = self.outcomes.pop(0)
+        outcome = self.spec.outcomes.pop(0)
         if outcome == HANG:
             await asyncio.sleep(3600)
         if isinstance(outcome, BaseException):
@@ -91,20 +81,29 @@ class ScriptedGraderEnv(Environment):
         return await self._play("regrade")
 
 
-async def run(env: ScriptedGraderEnv, **cfg: Any) -> Trajectory:
+class ScriptedGraderEnv(EnvSpec):
+    """Episodes of ``steps`` steps (each rewarding ``step_reward``), whose successive calls to
+    ``grade``/``regrade`` (counted across the fresh episodes the spec makes) play ``outcomes``:
+    a number or ``Reward`` is returned, an exception raised, ``"hang"`` never returns, ``None``
+    means "sum the step rewards"."""
+
+    id = "scripted-grader"
+    Config = ScriptedGraderConfig
+    environment = ScriptedGraderEpisode
+    config: ScriptedGraderConfig
+    calls: ClassVar[list[str]] = []
+
+    def __init__(self, outcomes: list[Outcome], **config: Any) -> None:
+        super().__init__(**config)
+        self.outcomes = outcomes  # shared by every episode of this spec: one script per test
+
+    def tasks(self, *, seed: int = 0, n: int | None = None, split: str = "test") -> TaskSet:
+        return TaskSet([Task(id="only", prompt="do it", metadata=self.config.metadata)])
+
+
+async def run(env: ScriptedGraderEnv, max_retries: int = 0, **limits: Any) -> Trajectory:
     ScriptedGraderEnv.calls.clear()
-    agent = ScriptAgent([])
-    config = {"retry_backoff": 0.0, "max_retries": 0, **cfg}
-    return await run_episode(
-        env,
-        agent,
-        env.tasks()[0],
-        0,
-        env_id="scripted-grader",
-        env_hash=env.content_hash(),
-        agent_spec=agent.spec,
-        config=EpisodeConfig(**config),
-    )
+    return await play(env, ScriptAgent([]), max_retries=max_retries, **limits)
 
 
 def assert_grader_failed(t: Trajectory) -> None:
@@ -142,6 +141,7 @@ async def test_an_infra_error_of_the_grader_is_excluded() -> None:
     t = await run(ScriptedGraderEnv([InfraError("verifier sandbox could not start")]))
     assert t.status is Status.INFRA_ERROR and t.reward is None and not t.scored
     assert t.grader_failed is None
+    assert t.error is not None and (t.error.kind, t.error.phase) == ("infra", "grade")
     s = summarize([t])
     assert s.n_excluded == 1 and s.n_grader_failed == 0
 
@@ -179,14 +179,24 @@ async def test_an_invalid_value_is_regraded_and_a_valid_second_grade_counts() ->
 
 
 async def test_a_grade_past_grade_timeout_is_grader_failed_not_infra() -> None:
-    t = await run(ScriptedGraderEnv([HANG, HANG]), grade_timeout=0.2)
+    t = await run(ScriptedGraderEnv([HANG, HANG]), grade_timeout_s=0.2)
     assert t.status is not Status.INFRA_ERROR, t.error
     assert_grader_failed(t)
     assert ScriptedGraderEnv.calls == ["grade", "regrade"]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="rollout/grading.py _graded_once says 'grade_timeout=0.2s'; the limit is named "
+    "grade_timeout_s (Limits, --grade-timeout), as the step/episode/reset messages say",
+)
+async def test_a_grade_past_grade_timeout_names_the_limit() -> None:
+    t = await run(ScriptedGraderEnv([HANG, HANG]), grade_timeout_s=0.2)
+    assert "the grader took longer than grade_timeout_s=0.2s" in (t.grader_failed or "")
+
+
 async def test_a_hung_grade_is_regraded() -> None:
-    t = await run(ScriptedGraderEnv([HANG, 1.0]), grade_timeout=0.2)
+    t = await run(ScriptedGraderEnv([HANG, 1.0]), grade_timeout_s=0.2)
     assert t.status is Status.OK and t.reward == 1.0 and t.grader_failed is None
 
 

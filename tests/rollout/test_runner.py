@@ -5,16 +5,19 @@ from pathlib import Path
 import pytest
 
 from envlab.agents.scripted import NoopAgent, OracleAgent
-from envlab.core import ConfigError
+from envlab.core import AgentClass, ConfigError
 from envlab.envs.arith import ArithEnv
-from envlab.rollout import RunInfo, TrajectoryStore, rollout
+from envlab.rollout import rollout
+from envlab.runs import RunInfo, TrajectoryStore
+
+ORACLE, NOOP = AgentClass(OracleAgent), AgentClass(NoopAgent)
 
 
 async def test_groups_and_deterministic_seeds(tmp_path: Path) -> None:
     env = ArithEnv()
     tasks = env.tasks(n=5)
-    await rollout(env, OracleAgent(), tasks, out_dir=tmp_path / "a", samples=3, progress=False)
-    await rollout(env, OracleAgent(), tasks, out_dir=tmp_path / "b", samples=3, progress=False)
+    await rollout(env, ORACLE, tasks, out_dir=tmp_path / "a", samples=3)
+    await rollout(env, ORACLE, tasks, out_dir=tmp_path / "b", samples=3)
     t1 = TrajectoryStore(tmp_path / "a" / "trajectories.jsonl").load()
     t2 = TrajectoryStore(tmp_path / "b" / "trajectories.jsonl").load()
     assert len(t1) == 15
@@ -28,30 +31,29 @@ async def test_groups_and_deterministic_seeds(tmp_path: Path) -> None:
     ]
     info = RunInfo.model_validate_json((tmp_path / "a" / "run.json").read_text())
     assert info.agent.privileged and info.samples == 3 and len(info.task_ids) == 5
+    assert info.env_id == "arith" and {t.env_id for t in t1} == {"arith"}  # always spec.name
 
 
 async def test_existing_run_needs_resume_and_same_config(tmp_path: Path) -> None:
     env = ArithEnv()
     tasks = env.tasks(n=3)
-    await rollout(env, NoopAgent(), tasks, out_dir=tmp_path, progress=False)
+    await rollout(env, NOOP, tasks, out_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"already holds a run\. Pass --resume"):
-        await rollout(env, NoopAgent(), tasks, out_dir=tmp_path, progress=False)
+        await rollout(env, NOOP, tasks, out_dir=tmp_path)
     with pytest.raises(ConfigError, match="differs from the recorded run in agent"):
-        await rollout(env, OracleAgent(), tasks, out_dir=tmp_path, resume=True, progress=False)
-    r = await rollout(env, NoopAgent(), tasks, out_dir=tmp_path, resume=True, progress=False)
+        await rollout(env, ORACLE, tasks, out_dir=tmp_path, resume=True)
+    r = await rollout(env, NOOP, tasks, out_dir=tmp_path, resume=True)
     assert r.new_episodes == 0 and r.skipped_episodes == 3
 
 
 async def test_resume_after_partial_run(tmp_path: Path) -> None:
     env = ArithEnv()
     tasks = env.tasks(n=10)
-    await rollout(env, OracleAgent(), tasks, out_dir=tmp_path, samples=2, progress=False)
+    await rollout(env, ORACLE, tasks, out_dir=tmp_path, samples=2)
     store = TrajectoryStore(tmp_path / "trajectories.jsonl")
     lines = store.path.read_text().splitlines(keepends=True)
     store.path.write_text("".join(lines[:7]) + lines[7][:25])  # 7 whole lines and a torn one
-    r = await rollout(
-        env, OracleAgent(), tasks, out_dir=tmp_path, samples=2, resume=True, progress=False
-    )
+    r = await rollout(env, ORACLE, tasks, out_dir=tmp_path, samples=2, resume=True)
     assert r.new_episodes == 13 and r.skipped_episodes == 7
     assert any("torn" in n for n in r.notes)
     ids = [t.episode_id for t in store.load()]
@@ -67,11 +69,10 @@ async def test_resume_reruns_infra_errors_and_counts_each_episode_once(tmp_path:
     env = EchoEnv(n=3)
     cfg = EpisodeConfig(max_retries=0, retry_backoff=0)
     key = f"resume-{tmp_path.name}"
-    first = await rollout(env, FlakyTransportAgent(2, key), env.tasks(), out_dir=tmp_path,
-                          episode_config=cfg, progress=False, concurrency=1)  # fmt: skip
+    flaky = AgentClass(FlakyTransportAgent, 2, key)
+    first = await rollout(env, flaky, env.tasks(), out_dir=tmp_path, config=cfg, concurrency=1)
     assert [r.status for r in first.records].count(Status.INFRA_ERROR.value) == 2
-    again = await rollout(env, FlakyTransportAgent(2, key), env.tasks(), out_dir=tmp_path,
-                          episode_config=cfg, progress=False, resume=True)  # fmt: skip
+    again = await rollout(env, flaky, env.tasks(), out_dir=tmp_path, config=cfg, resume=True)
     assert again.new_episodes == 2 and again.skipped_episodes == 1
     store = TrajectoryStore(tmp_path / "trajectories.jsonl")
     assert len(store.load(every_record=True)) == 5
@@ -88,17 +89,17 @@ async def test_agent_class_and_spec_must_agree_on_privilege(tmp_path: Path) -> N
 
     env = ArithEnv()
     with pytest.raises(ConfigError, match="privileged=True but its spec says False"):
-        await rollout(env, Liar(), env.tasks(n=1), out_dir=tmp_path, progress=False)
+        await rollout(env, AgentClass(Liar), env.tasks(n=1), out_dir=tmp_path)
 
 
 async def test_resume_keeps_a_last_record_that_lacks_only_its_newline(tmp_path: Path) -> None:
     env = ArithEnv()
     tasks = env.tasks(n=6)
-    await rollout(env, OracleAgent(), tasks, out_dir=tmp_path, progress=False)
+    await rollout(env, ORACLE, tasks, out_dir=tmp_path)
     path = tmp_path / "trajectories.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(b"".join(lines[:4]).removesuffix(b"\n"))  # 4 records, the last unended
-    r = await rollout(env, OracleAgent(), tasks, out_dir=tmp_path, resume=True, progress=False)
+    r = await rollout(env, ORACLE, tasks, out_dir=tmp_path, resume=True)
     assert r.skipped_episodes == 4 and r.new_episodes == 2
     assert any("newline" in n for n in r.notes)
     records = TrajectoryStore(path).load(every_record=True)
@@ -109,14 +110,14 @@ async def test_a_run_directory_held_by_another_writer_is_refused(tmp_path: Path)
     import os
 
     from envlab.core import StoreError
-    from envlab.rollout.store import RunLock
+    from envlab.runs import RunLock
 
     env = ArithEnv()
     tasks = env.tasks(n=2)
-    await rollout(env, NoopAgent(), tasks, out_dir=tmp_path, progress=False)
+    await rollout(env, NOOP, tasks, out_dir=tmp_path)
     before = (tmp_path / "trajectories.jsonl").read_bytes()
     with RunLock(tmp_path), pytest.raises(StoreError, match=rf"pid {os.getpid()}"):
-        await rollout(env, NoopAgent(), tasks, out_dir=tmp_path, resume=True, progress=False)
+        await rollout(env, NOOP, tasks, out_dir=tmp_path, resume=True)
     assert (tmp_path / "trajectories.jsonl").read_bytes() == before
-    r = await rollout(env, NoopAgent(), tasks, out_dir=tmp_path, resume=True, progress=False)
+    r = await rollout(env, NOOP, tasks, out_dir=tmp_path, resume=True)
     assert r.skipped_episodes == 2, "the lock is released when a run ends"
