@@ -25,7 +25,8 @@ from envlab.models.llamacpp import LlamaCppEngine, shared_engine
 from envlab.models.server import BackgroundServer, create_app, free_port
 from envlab.models.weights import SMOLLM2_MODEL_ID, smollm2_path
 from envlab.models.wire import ChatMessage, ChatRequest, ChatResponse
-from envlab.rollout import EpisodeConfig, TrajectoryStore, rollout
+from envlab.rollout import EpisodeConfig, rollout
+from envlab.runs import TrajectoryStore
 from tests.conftest import subprocess_env
 
 SHORT = {"max_tokens": 64, "max_turns": 4, "temperature": 0.3, "max_time_s": 3600.0}

@@ -75,7 +75,9 @@ async def test_agent_timeout_names_the_agent() -> None:
     t = await run(EchoEnv(), Slow([]), step_timeout_s=0.1)
     assert t.status is Status.TIMEOUT
     assert t.error is not None and t.error.phase == "act"
-    assert t.error.message == "step 0 took longer than step_timeout_s=0.1s while the agent was acting"
+    assert (
+        t.error.message == "step 0 took longer than step_timeout_s=0.1s while the agent was acting"
+    )
 
 
 async def test_env_exception_is_env_error_and_not_scored() -> None:

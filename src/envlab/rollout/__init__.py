@@ -10,31 +10,17 @@ from envlab.rollout.driver import (
     watch,
 )
 from envlab.rollout.episode import EpisodeConfig, EpisodeHooks
-from envlab.rollout.runner import (
-    RUN_FILE,
-    TRAJECTORIES_FILE,
-    RolloutResult,
-    RunInfo,
-    RunObserver,
-    load_run_info,
-    rollout,
-)
-from envlab.rollout.store import TrajectoryStore
+from envlab.rollout.runner import RolloutResult, RunObserver, rollout
 
 __all__ = [
-    "RUN_FILE",
-    "TRAJECTORIES_FILE",
     "EpisodeConfig",
     "EpisodeHooks",
     "PlannedEpisode",
     "RolloutResult",
-    "RunInfo",
     "RunObserver",
-    "TrajectoryStore",
     "episode_ids",
     "episode_ids_in_group",
     "group_id",
-    "load_run_info",
     "rollout",
     "run_episode",
     "run_episodes",

@@ -143,11 +143,12 @@ class Attempt:
         try:
             await self._play(me, clock)
         except asyncio.CancelledError:
-            if dl.expired(me) is None:  # a real cancellation (shutdown, Ctrl-C): release, go on
+            reason = dl.expired(me)
+            if reason is None:  # a real cancellation (shutdown, Ctrl-C): release, go on with it
                 await _close_quietly(self.env, self.agent)
                 raise
             me.uncancel()
-            self._timed_out(dl.expired(me) or "", clock)
+            self._timed_out(reason, clock)
         except Exception as e:
             self._failed(e, me, clock)
         finally:

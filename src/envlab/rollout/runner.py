@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import errno
-import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
-
-from pydantic import BaseModel, Field
+from typing import Protocol
 
 from envlab import __version__
 from envlab.core import (
@@ -20,47 +16,19 @@ from envlab.core import (
     EnvSpec,
     EpisodeRecord,
     Status,
-    StoreError,
     TaskSet,
     Trajectory,
 )
 from envlab.rollout.driver import PlannedEpisode, episode_ids_in_group, group_id, run_episodes
 from envlab.rollout.episode import EpisodeConfig
-from envlab.rollout.store import TrajectoryStore
-
-RUN_FILE = "run.json"
-TRAJECTORIES_FILE = "trajectories.jsonl"
-
-
-class RunInfo(BaseModel):
-    """``run.json``: everything needed to know what was run, and to resume it."""
-
-    command: list[str]
-    envlab_version: str
-    env_id: str
-    env_hash: str
-    env_config: dict[str, Any] = Field(default_factory=dict)
-    agent: AgentSpec
-    seed: int
-    samples: int
-    n_tasks: int
-    task_set_hash: str
-    task_ids: list[str]
-    concurrency: int
-    episode_config: dict[str, Any]
-    created_at: float
-    resumed_at: list[float] = Field(default_factory=list)
-
-    def identity(self) -> dict[str, Any]:
-        """The fields a resumed run must share with the original."""
-        return {
-            "env_id": self.env_id,
-            "env_hash": self.env_hash,
-            "agent": self.agent.model_dump(),
-            "seed": self.seed,
-            "samples": self.samples,
-            "task_set_hash": self.task_set_hash,
-        }
+from envlab.runs import (
+    RUN_FILE,
+    TRAJECTORIES_FILE,
+    RunInfo,
+    TrajectoryStore,
+    load_run_info,
+    write_run_info,
+)
 
 
 @dataclass(slots=True)
@@ -74,16 +42,6 @@ class RolloutResult:
     skipped_episodes: int
     elapsed_s: float
     notes: list[str] = field(default_factory=list)
-
-
-def load_run_info(run_dir: Path) -> RunInfo:
-    path = run_dir / RUN_FILE
-    try:
-        return RunInfo.model_validate_json(path.read_text())
-    except FileNotFoundError:
-        raise StoreError(f"{run_dir} is not a run directory: {RUN_FILE} is missing") from None
-    except ValueError as e:
-        raise StoreError(f"{path} is corrupt ({str(e)[:200]}); it cannot be resumed") from None
 
 
 class RunObserver(Protocol):
@@ -126,7 +84,7 @@ async def rollout(
     store.lock()  # before reading anything: what we read stays true until we are done
     try:
         existing, notes = _resume_state(run_dir, info, store, resume)
-        _write_run_info(run_dir, info)
+        write_run_info(run_dir, info)
         # infra errors are not the agent's: a resumed run tries those episodes again
         done_ids = {t.episode_id for t in existing if t.status != Status.INFRA_ERROR.value}
         existing = [t for t in existing if t.episode_id in done_ids]
@@ -222,18 +180,3 @@ def _resume_state(
     if store.repaired_newline:
         notes.append(f"the last record of {TRAJECTORIES_FILE} lacked its newline; added it")
     return existing, notes
-
-
-def _write_run_info(run_dir: Path, info: RunInfo) -> None:
-    """``run.json``, replaced atomically: a full disk never leaves half of it."""
-    path, tmp = run_dir / RUN_FILE, run_dir / f".{RUN_FILE}.tmp"
-    try:
-        tmp.write_text(info.model_dump_json(indent=2))
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        what = "the disk is full" if e.errno == errno.ENOSPC else e.strerror or str(e)
-        raise StoreError(
-            f"cannot write {path}: {what}. Free some space (or fix the directory), then run "
-            "again (with --resume if it holds episodes)."
-        ) from e
