@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Any
 
 from envlab.core.rubric import Reward
@@ -42,6 +43,12 @@ class Environment(ABC):
 
     async def close(self) -> None:
         """Release what the episode holds (sandboxes, files, connections)."""
+        return None
+
+    async def export_workspace(self, dest: Path) -> Path | None:
+        """Copy the files the agent left (its workspace) to ``dest`` on the host, for checks
+        of the final state; ``None`` for an environment without a workspace. Call between
+        ``grade()`` and ``close()``."""
         return None
 
     @property

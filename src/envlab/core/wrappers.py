@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from envlab.core.clock import not_agent_seconds
@@ -46,6 +47,9 @@ class Wrapper(Environment):
 
     async def close(self) -> None:
         await self.env.close()
+
+    async def export_workspace(self, dest: Path) -> Path | None:
+        return await self.env.export_workspace(dest)
 
     @property
     def tools(self) -> list[ToolSpec]:
