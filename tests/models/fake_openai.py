@@ -2,7 +2,9 @@
 
 Each request takes the next scripted answer: a chat completion, an HTTP error, or a dropped
 connection. Requests are recorded. An exhausted script answers HTTP 599, so a test that sends
-more requests than it planned fails loudly.
+more requests than it planned fails loudly; with ``respond``, the request itself decides the
+answer instead (``respond(body) -> Scripted``), for as many requests as come. ``connections``
+is the set of TCP connections (client address and port) the requests came on.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import socket
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -77,9 +80,11 @@ def dropped() -> Scripted:
 class FakeOpenAI:
     """``with FakeOpenAI() as fake: fake.push(...); fake.base_url``."""
 
-    def __init__(self) -> None:
+    def __init__(self, respond: Callable[[dict[str, Any]], Scripted] | None = None) -> None:
         self.script: deque[Scripted] = deque()
+        self.respond = respond
         self.requests: list[dict[str, Any]] = []
+        self.connections: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
         fake = self
 
@@ -105,9 +110,13 @@ class FakeOpenAI:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 raw = self.rfile.read(length)
+                body = json.loads(raw or b"{}")
                 with fake._lock:
-                    fake.requests.append(json.loads(raw or b"{}"))
-                    item = fake.script.popleft() if fake.script else error(599, "script ended")
+                    fake.requests.append(body)
+                    fake.connections.add(self.client_address[:2])
+                    item = fake.script.popleft() if fake.script else None
+                if item is None:
+                    item = fake.respond(body) if fake.respond else error(599, "script ended")
                 if item.drop:
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)

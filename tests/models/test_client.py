@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import ssl
 import time
 from collections.abc import Iterator
 
@@ -15,6 +16,7 @@ from envlab.models.client import (
     OpenAICompatModel,
     RetryPolicy,
     Sampling,
+    new_http_client,
     normalize_base_url,
     parse_retry_after,
 )
@@ -200,3 +202,55 @@ def test_base_url_normalized() -> None:
     assert normalize_base_url("http://h:1") == "http://h:1/v1"
     assert normalize_base_url("h:1/") == "http://h:1/v1"
     assert normalize_base_url("https://api.x.com/openai/v1/") == "https://api.x.com/openai/v1"
+
+
+async def test_a_borrowed_client_is_shared_and_left_open(fake: FakeOpenAI) -> None:
+    fake.push(completion("one"), completion("two"))
+    shared = new_http_client(fake.base_url)
+    async with shared:
+        for text in ("one", "two"):
+            model = OpenAICompatModel("m", fake.base_url, client=shared)
+            assert model.borrows_client
+            assert (await model.chat(MSGS)).text == text
+            await model.aclose()
+            assert not shared.is_closed  # the next episode's model uses it too
+    assert len(fake.connections) == 1  # the second request reused the kept-alive connection
+    with pytest.raises(ValueError, match="client="):
+        OpenAICompatModel("m", fake.base_url, client=shared, api_key="sk")
+
+
+async def test_an_owned_client_is_closed_by_aclose(fake: FakeOpenAI) -> None:
+    fake.push(completion("hi"))
+    model = OpenAICompatModel("m", fake.base_url, api_key="sk-own")
+    assert not model.borrows_client
+    await model.chat(MSGS)
+    client = model._http()
+    await model.aclose()
+    assert client.is_closed
+
+
+@contextlib.contextmanager
+def ca_bundle_loads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[object]]:
+    """Every CA bundle an ``ssl.SSLContext`` loads while installed."""
+    loads: list[object] = []
+    real = ssl.SSLContext.load_verify_locations
+
+    def counted(self: ssl.SSLContext, *args: object, **kwargs: object) -> None:
+        loads.append(args or kwargs)
+        real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    yield loads
+
+
+async def test_plain_http_sets_up_no_tls_and_https_keeps_verification(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with ca_bundle_loads(monkeypatch) as loads:
+        fake.push(completion("hi"))
+        async with OpenAICompatModel("m", fake.base_url) as model:
+            assert (await model.chat(MSGS)).text == "hi"
+        assert loads == []  # no CA bundle read for a plain-http endpoint
+        secure = new_http_client("https://api.example.com/v1", api_key="sk")
+        assert loads, "https verifies certificates: the CA bundle is loaded"
+        await secure.aclose()

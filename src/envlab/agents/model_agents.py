@@ -1,8 +1,11 @@
 """Agents backed by a real model: ``smollm2`` (embedded, in-process) and ``openai:MODEL@URL``.
 
-Both are a ``ToolCallingHarness`` over an ``OpenAICompatModel``. ``smollm2`` sends its requests
-to the very app that ``envlab serve-model`` serves, through ``httpx.ASGITransport`` instead of a
-socket: the same client, the same routes, the same engine code as a remote endpoint.
+Both return a ``ModelAgentFactory``: each episode's agent is a ``ToolCallingHarness`` over an
+``OpenAICompatModel`` that borrows the run's one pooled ``httpx.AsyncClient`` (kept-alive
+connections, TLS set up once or, for ``http://``, not at all); ``aclose()`` closes it when the
+run ends. ``smollm2`` sends its requests to the very app that ``envlab serve-model`` serves,
+through ``httpx.ASGITransport`` instead of a socket: the same client, the same routes, the
+same engine code as a remote endpoint.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from envlab.agents.harness import (
     DEFAULT_INSTRUCTIONS,
@@ -18,8 +22,11 @@ from envlab.agents.harness import (
     HarnessSettings,
     ToolCallingHarness,
 )
-from envlab.core import ConfigError, not_agent_time
-from envlab.models.client import OpenAICompatModel, RetryPolicy, Sampling
+from envlab.core import AgentFactory, AgentSpec, ConfigError, not_agent_time
+from envlab.models.client import OpenAICompatModel, RetryPolicy, Sampling, new_http_client
+
+if TYPE_CHECKING:
+    import httpx
 
 SMOLLM2_NAME = "smollm2"
 IN_PROCESS_URL = "http://in-process.envlab/v1"
@@ -73,6 +80,70 @@ class EmbeddedApp:
         await app(scope, receive, send)
 
 
+class ModelAgentFactory(AgentFactory):
+    """The agents of one model endpoint for a run: one ``ToolCallingHarness`` per episode, all
+    over ONE pooled ``httpx.AsyncClient``.
+
+    ``make_model(client)`` builds an episode's ``OpenAICompatModel`` over ``client`` (``None``
+    only for the probe that fixes the spec, which sends nothing); ``make_client()`` builds the
+    shared client, lazily, in the event loop that runs the episodes (a client is bound to its
+    loop: a later run in a new loop gets a new one). ``aclose()`` closes it.
+    """
+
+    def __init__(
+        self,
+        make_model: Callable[[httpx.AsyncClient | None], OpenAICompatModel],
+        make_client: Callable[[], httpx.AsyncClient],
+        *,
+        agent_name: str,
+        model_id: str,
+        endpoint: str,
+        weights_hash: str | None = None,
+        limits: HarnessLimits | None = None,
+        settings: HarnessSettings | None = None,
+    ) -> None:
+        self._make_model, self._make_client = make_model, make_client
+        self._harness: dict[str, Any] = dict(
+            agent_name=agent_name,
+            model_id=model_id,
+            endpoint=endpoint,
+            weights_hash=weights_hash,
+            limits=limits,
+            settings=settings,
+        )
+        self._spec = ToolCallingHarness(make_model(None), **self._harness).spec
+        self._client: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def spec(self) -> AgentSpec:
+        return self._spec
+
+    def client(self) -> httpx.AsyncClient:
+        """The run's shared client, made on first use in the running event loop."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if self._client is None or (loop is not None and self._loop not in (None, loop)):
+            # none yet, or the old one belongs to an earlier loop (whose connections died with it)
+            self._client, self._loop = self._make_client(), loop
+        elif self._loop is None:
+            self._loop = loop
+        return self._client
+
+    def new_agent(self) -> ToolCallingHarness:
+        return ToolCallingHarness(self._make_model(self.client()), **self._harness)
+
+    async def aclose(self) -> None:
+        """Close the shared client (call it in the loop that ran the episodes; a client whose
+        loop has ended is dropped: its connections cannot be closed from another loop)."""
+        client, loop = self._client, self._loop
+        self._client = self._loop = None
+        if client is not None and not (loop is not None and loop.is_closed()):
+            await client.aclose()
+
+
 def _limits(max_turns: int, max_episode_tokens: int, max_time_s: float) -> HarnessLimits:
     return HarnessLimits(max_turns=max_turns, max_tokens=max_episode_tokens, max_time_s=max_time_s)
 
@@ -90,29 +161,35 @@ def smollm2(
     instructions: str = DEFAULT_INSTRUCTIONS,
     n_ctx: int = 4096,
     n_threads: int | None = None,
-) -> ToolCallingHarness:
+) -> ModelAgentFactory:
     """SmolLM2-135M-Instruct (embedded GGUF, llama.cpp), in this process, with tools."""
     from envlab.models.weights import SMOLLM2_MODEL_ID, file_sha256, smollm2_path
 
     weights = file_sha256(smollm2_path())
     app = EmbeddedApp.shared(n_ctx, n_threads)
     sampling = Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
+    retry = RetryPolicy(max_retries=1)
 
-    def model() -> OpenAICompatModel:
-        import httpx
-
+    def model(client: httpx.AsyncClient | None) -> OpenAICompatModel:
         return OpenAICompatModel(
             SMOLLM2_NAME,
             IN_PROCESS_URL,
             sampling=sampling,
             logprobs=True,
             timeout_s=max_time_s,
-            retry=RetryPolicy(max_retries=1),
-            transport=httpx.ASGITransport(app=app),
+            retry=retry,
+            client=client,
         )
 
-    return ToolCallingHarness(
+    def client() -> httpx.AsyncClient:
+        import httpx
+
+        transport = httpx.ASGITransport(app=app)
+        return new_http_client(IN_PROCESS_URL, timeout_s=max_time_s, transport=transport)
+
+    return ModelAgentFactory(
         model,
+        client,
         agent_name=SMOLLM2_NAME,
         model_id=SMOLLM2_MODEL_ID,
         endpoint="in-process: the envlab serve-model app over ASGI",
@@ -161,34 +238,45 @@ def openai(
     instructions: str = DEFAULT_INSTRUCTIONS,
     extra_body: dict[str, Any] | None = None,
     api_key_env: str = "OPENAI_API_KEY",
-) -> ToolCallingHarness:
-    """Any OpenAI-compatible endpoint: ``openai:MODEL@URL`` (API key from $OPENAI_API_KEY)."""
+    max_connections: int | None = None,
+) -> ModelAgentFactory:
+    """Any OpenAI-compatible endpoint: ``openai:MODEL@URL`` (API key from $OPENAI_API_KEY).
+
+    ``max_connections`` caps the run's connection pool (default: one per request in flight)."""
     model_name, url = parse_target(target)
     if tool_mode not in ("native", "text"):
         raise ConfigError(f"tool_mode must be 'native' or 'text', got {tool_mode!r}")
+    if max_connections is not None and max_connections < 1:
+        raise ConfigError(f"max_connections must be >= 1 (or unset), got {max_connections}")
     sampling = Sampling(
         temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed, stop=stop
     )
     retry = RetryPolicy(max_retries=max_retries, backoff_s=backoff_s)
+    api_key = os.environ.get(api_key_env) or None
 
-    def model() -> OpenAICompatModel:
+    def model(client: httpx.AsyncClient | None) -> OpenAICompatModel:
         return OpenAICompatModel(
             model_name,
             url,
-            api_key=os.environ.get(api_key_env) or None,
             sampling=sampling,
             timeout_s=timeout_s,
             retry=retry,
             logprobs=logprobs,
             extra_body=extra_body,
+            client=client,
         )
 
-    probe = model()
-    return ToolCallingHarness(
+    def client() -> httpx.AsyncClient:
+        return new_http_client(
+            url, api_key=api_key, timeout_s=timeout_s, max_connections=max_connections
+        )
+
+    return ModelAgentFactory(
         model,
+        client,
         agent_name=f"openai:{model_name}",
         model_id=model_name,
-        endpoint=probe.base_url,
+        endpoint=model(None).base_url,
         limits=_limits(max_turns, max_episode_tokens, max_time_s),
         settings=HarnessSettings(
             instructions=instructions,

@@ -10,18 +10,29 @@ from pathlib import Path
 
 from envlab.core import Action, Agent, AgentSpec, ConfigError, EpisodeContext, Observation, ToolCall
 
+HOW_TO = (
+    "Write --agent shell:FILE, where FILE holds bash commands "
+    "that are run once, in the task's working directory under /app, through the task's 'run' "
+    "tool (then the agent submits). For example, a solve.sh containing\n"
+    "    #!/bin/bash\n"
+    "    echo 42 > /app/answer.txt\n"
+    "and then: envlab eval path/to/task-folder --agent shell:solve.sh"
+)
+
 
 class ShellScriptAgent(Agent):
     """Runs the script ``path`` through the environment's ``run`` tool, then calls ``submit``."""
 
     name = "shell"
 
-    def __init__(self, path: str | Path, *, timeout_sec: float | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, *, timeout_sec: float | None = None) -> None:
+        if path is None or not str(path).strip():
+            raise ConfigError(f"the shell agent needs a script. {HOW_TO}")
         self.path = Path(path)
         try:
             self.script = self.path.read_text()
         except OSError as e:
-            raise ConfigError(f"shell agent: cannot read script {self.path}: {e}") from e
+            raise ConfigError(f"shell agent: cannot read script {self.path}: {e}. {HOW_TO}") from e
         self.timeout_sec = timeout_sec
         self._step = 0
         self._tools: set[str] = set()

@@ -7,13 +7,19 @@ Failures are split by whose fault they are:
   that is not a chat completion) are retried with exponential backoff and jitter, honouring
   ``Retry-After``; when the retries run out, ``InfraError``: the episode is ``infra_error``,
   retried by the engine and never scored;
-- a request the server refuses (other 4xx: a bad key, an unknown model, a prompt too long)
-  raises ``ModelRequestError``: the agent's failure (``agent_error``);
+- a wrong key, model name or URL (HTTP 401, 403, 404) is the set-up's failure: ``InfraError``
+  at once, not retried;
+- a request the server refuses otherwise (other 4xx: a prompt too long, bad settings) raises
+  ``ModelRequestError``: the agent's failure (``agent_error``);
 - whatever the model writes, however wrong, is returned as it is: the harness decides.
 
 Time lost to the endpoint's failures is not the agent's (``core.clock``): the backoff between
 tries is ``not_agent_time``, and the time of a try that failed and is retried is credited back,
 so a rate-limited or flaky endpoint never runs an episode out of its step or episode limit.
+
+One ``httpx.AsyncClient`` (``new_http_client``) serves every episode of a run: a model given
+``client=`` borrows it and never closes it; its owner (``agents.model_agents.ModelAgentFactory``)
+does, when the run ends.
 """
 
 from __future__ import annotations
@@ -142,12 +148,45 @@ def normalize_base_url(url: str) -> str:
     return url
 
 
+def new_http_client(
+    base_url: str,
+    *,
+    api_key: str | None = None,
+    timeout_s: float = 120.0,
+    connect_timeout_s: float = 10.0,
+    transport: httpx.AsyncBaseTransport | None = None,
+    max_connections: int | None = None,
+) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` for the endpoint at ``base_url``, made to be shared by every
+    episode of a run (its connections are pooled and kept alive).
+
+    A plain ``http://`` endpoint gets no TLS set-up: no CA bundle is loaded (that costs tens of
+    milliseconds of CPU); ``https://`` keeps full certificate verification. ``max_connections``
+    caps the pool (``None``: one connection per request in flight, kept for the next). The
+    client is bound to the event loop that first uses it.
+    """
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    secure = httpx.URL(normalize_base_url(base_url)).scheme == "https"
+    return httpx.AsyncClient(
+        transport=transport,
+        headers=headers,
+        timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
+        limits=httpx.Limits(
+            max_connections=max_connections,
+            max_keepalive_connections=max_connections,
+            keepalive_expiry=30.0,
+        ),
+        verify=secure,
+    )
+
+
 class OpenAICompatModel:
     """A chat model behind ``{base_url}/chat/completions``.
 
-    One instance per episode (it owns an ``httpx.AsyncClient``, bound to the event loop that
-    first uses it); ``aclose()`` when done. ``transport`` replaces the network, e.g.
-    ``httpx.ASGITransport(app)`` to call an app in this process.
+    With ``client`` (from ``new_http_client``) the model borrows that client: it carries the API
+    key and the transport, and ``aclose()`` leaves it open for the other episodes that share it.
+    Without, the model makes its own on first use (``api_key``, ``transport``; e.g.
+    ``httpx.ASGITransport(app)`` to call an app in this process) and ``aclose()`` closes it.
     """
 
     def __init__(
@@ -163,8 +202,14 @@ class OpenAICompatModel:
         logprobs: bool = False,
         extra_body: dict[str, Any] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        client: httpx.AsyncClient | None = None,
         seed: int | None = None,
     ) -> None:
+        if client is not None and (api_key is not None or transport is not None):
+            raise ValueError(
+                "give either client= (which carries the API key and transport: make it with "
+                "new_http_client(url, api_key=..., transport=...)) or api_key/transport, not both"
+            )
         self.model = model
         self.base_url = normalize_base_url(base_url)
         self.api_key = api_key
@@ -175,25 +220,34 @@ class OpenAICompatModel:
         self.logprobs = logprobs
         self.extra_body = dict(extra_body or {})
         self._transport = transport
-        self._client: httpx.AsyncClient | None = None
-        self._rng = random.Random(seed)
+        self._client = client
+        self._owns_client = client is None
+        self._seed = seed
+        self._rng: random.Random | None = None  # made on the first retry
 
     @property
     def url(self) -> str:
         return f"{self.base_url}/chat/completions"
 
+    @property
+    def borrows_client(self) -> bool:
+        """True when the HTTP client was given (shared), not made (and closed) here."""
+        return not self._owns_client
+
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            self._client = httpx.AsyncClient(
+            self._client = new_http_client(
+                self.base_url,
+                api_key=self.api_key,
+                timeout_s=self.timeout_s,
+                connect_timeout_s=self.connect_timeout_s,
                 transport=self._transport,
-                headers=headers,
-                timeout=httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s),
             )
         return self._client
 
     async def aclose(self) -> None:
-        if self._client is not None:
+        """Close the HTTP client if this model made it; a borrowed one stays open."""
+        if self._owns_client and self._client is not None:
             await self._client.aclose()
             self._client = None
 
@@ -295,6 +349,8 @@ class OpenAICompatModel:
             # a refused or broken try and the wait before the next are the endpoint's time
             if tried is not None:
                 credit_not_agent_time(time.perf_counter() - tried, "failed model request")
+            if self._rng is None:
+                self._rng = random.Random(self._seed)
             delay = self.retry.delay(attempt, retry_after, self._rng)
             async with not_agent_time(f"model retry backoff {delay:.3g}s after {history[-1][:80]}"):
                 await asyncio.sleep(delay)
