@@ -10,19 +10,8 @@ import json
 from typing import Annotated
 
 import typer
-from pydantic import BaseModel
-from rich.console import Console
-from rich.table import Table
 
-out = Console()
-
-
-class GcRow(BaseModel):
-    kind: str
-    path: str
-    owner: str | None
-    bytes: int
-    detail: str
+from envlab.cli.console import out
 
 
 def _size(n: int) -> str:
@@ -49,11 +38,13 @@ def gc_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Remove the sandboxes, filesystems and cgroups of envlab processes that have died."""
+    from rich.table import Table
+
     from envlab.sandbox.gc import collect
 
-    rows = [GcRow(**r.to_dict()) for r in collect(dry_run=dry_run, legacy=legacy)]  # type: ignore[arg-type]
+    rows = collect(dry_run=dry_run, legacy=legacy)
     if as_json:
-        out.print_json(json.dumps([r.model_dump(mode="json") for r in rows]))
+        typer.echo(json.dumps([r.to_dict() for r in rows], indent=2))
         return
     verb = "would remove" if dry_run else "removed"
     table = Table(title=f"envlab gc: {verb} {len(rows)}")
@@ -61,9 +52,9 @@ def gc_cmd(
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(r.kind, r.path, r.owner or "-", _size(r.bytes) if r.bytes else "", r.detail)
-    out.print(table)
+    out().print(table)
     freed = sum(r.bytes for r in rows)
     if rows:
-        out.print(f"{verb} {len(rows)} items, {_size(freed)} of workspaces")
+        out().print(f"{verb} {len(rows)} items, {_size(freed)} of workspaces")
     else:
-        out.print("nothing stale: every envlab sandbox on this host belongs to a live process")
+        out().print("nothing stale: every envlab sandbox on this host belongs to a live process")

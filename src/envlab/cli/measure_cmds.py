@@ -1,7 +1,8 @@
-"""``envlab compare`` and ``envlab report``, and the confidence-interval rows of ``envlab eval``.
+"""``envlab compare`` and ``envlab report``.
 
 Registered by ``envlab.cli.main``: ``app.command("compare")(compare_cmd)`` and
-``app.command("report")(report_cmd)``. Heavy imports (numpy, scipy) happen inside the commands.
+``app.command("report")(report_cmd)``. Heavy imports (rich, numpy, scipy) happen inside the
+commands.
 """
 
 from __future__ import annotations
@@ -10,21 +11,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from envlab.core import ConfigError
+from envlab.cli.console import err, out
 
 if TYPE_CHECKING:
-    from envlab.measure.compare import Comparison
-    from envlab.measure.stats import Estimate
-    from envlab.measure.summary import Summary
+    from rich.table import Table
 
-out = Console()
-err = Console(stderr=True)
+    from envlab.measure.compare import Comparison
 
 
 def _check_level(name: str, value: float) -> None:
+    from envlab.core.errors import ConfigError
+
     if not 0.0 < value < 1.0:
         raise ConfigError(f"{name} must be between 0 and 1 (e.g. 0.95), got {value}")
 
@@ -61,6 +59,8 @@ def compare_cmd(
     _check_level("--confidence", confidence)
     _check_level("--power", power)
     if target is not None and target <= 0:
+        from envlab.core.errors import ConfigError
+
         raise ConfigError(f"--target must be > 0, got {target}")
     a, b = load_run(run_a), load_run(run_b)
     cmp = compare_runs(a, b, confidence=confidence, power=power, force=force)
@@ -69,17 +69,19 @@ def compare_cmd(
             a, b, confidence=confidence, power=power, force=force, target=target / cmp.scale
         )
     if as_json:
-        out.print_json(cmp.model_dump_json())
+        out().print_json(cmp.model_dump_json())
         return
     for table in comparison_tables(cmp):
-        out.print(table)
-    out.print(f"[bold]{cmp.verdict}[/]")
+        out().print(table)
+    out().print(f"[bold]{cmp.verdict}[/]")
     for note in cmp.notes:
-        err.print(f"[yellow]note:[/] {note}")
+        err().print(f"[yellow]note:[/] {note}")
 
 
 def comparison_tables(cmp: Comparison) -> tuple[Table, Table]:
     """The comparison for people: the two runs side by side, then the paired numbers."""
+    from rich.table import Table
+
     p, sc = cmp.paired, cmp.scale
     digits = 1 if cmp.unit == "points" else 3
 
@@ -161,36 +163,12 @@ def report_cmd(
         max_chars=max_chars,
     )
     if as_json:
-        out.print_json(info.model_dump_json())
+        out().print_json(info.model_dump_json())
         return
     for note in info.notes:
-        err.print(f"[yellow]note:[/] {note}")
+        err().print(f"[yellow]note:[/] {note}")
     size = info.bytes / 1e6
-    out.print(
+    out().print(
         f"wrote {info.out} ({size:.1f} MB): {len(info.runs)} run(s), {info.tasks} tasks, "
         f"{info.episodes} episodes. Open it in a browser; it needs no network."
     )
-
-
-def _ci(e: Estimate | None) -> str:
-    if e is None or e.low is None or e.high is None:
-        return "- (one task: no interval)"
-    how = {"clustered-t": "clustered by task", "clustered-z": "clustered by task",
-           "bootstrap": "bootstrap over tasks", "wilson": "Wilson", "exact": "exact"}  # fmt: skip
-    note = how.get(e.method)
-    return f"{e.low:.3f} to {e.high:.3f}" + (f" ({note})" if note else "")
-
-
-def summary_rows(summary: Summary) -> list[tuple[str, str]]:
-    """Rows for the ``envlab eval`` table: the confidence intervals, and the gate if any."""
-    pct = f"{summary.confidence * 100:g}%"
-    rows = [(f"mean reward {pct} CI", _ci(summary.mean_reward_ci))]
-    if summary.pass_rate_ci is not None and summary.pass_rate != summary.mean_reward:
-        rows.append((f"pass rate {pct} CI", _ci(summary.pass_rate_ci)))
-    for k, e in summary.pass_at_k_ci.items():
-        if k > 1 and k == max(summary.pass_at_k_ci):
-            rows.append((f"pass@{k} {pct} CI", _ci(e)))
-            rows.append((f"pass^{k} {pct} CI", _ci(summary.pass_hat_k_ci.get(k))))
-    if summary.gate is not None:
-        rows.append(("gate (must-pass tasks)", summary.gate.describe()))
-    return rows

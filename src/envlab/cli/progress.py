@@ -1,9 +1,14 @@
-"""A rich progress bar with live pass rate and error counts."""
+"""The CLI's progress bar: a ``RunObserver`` (``envlab.rollout``) drawn with rich.
+
+The engine draws nothing; ``eval`` hands this observer to ``rollout(...)``, and ``task run|check``
+feed it from ``run_episodes(..., on_trajectory=...)``.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import (
@@ -15,15 +20,30 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from envlab.core import EpisodeRecord, Status
+from envlab.cli.console import err
+from envlab.core import EpisodeRecord, Status, Trajectory
+
+if TYPE_CHECKING:
+    from envlab.rollout import PlannedEpisode
 
 
-class RolloutProgress:
-    """Shows episodes done, pass rate over scored episodes, and every non-ok status."""
+class RunProgress:
+    """Episodes done, the pass rate over scored episodes, and a count of every non-ok status.
+
+    A ``RunObserver``: ``started(total, existing)`` once (a resumed run's earlier episodes
+    count), ``finished(record)`` per episode. Use it as a context manager around the run; with
+    ``enabled=False`` it only counts.
+    """
 
     def __init__(
-        self, total: int, *, done: int = 0, pass_threshold: float = 1.0, enabled: bool = True
+        self,
+        *,
+        description: str = "episodes",
+        pass_threshold: float | None = 1.0,
+        enabled: bool = True,
+        console: Console | None = None,
     ) -> None:
+        """``pass_threshold=None`` shows no pass rate (vet's probes are meant to fail)."""
         self.pass_threshold = pass_threshold
         self.counts: Counter[str] = Counter()
         self.passed = 0
@@ -36,35 +56,58 @@ class RolloutProgress:
             TextColumn("{task.fields[stats]}"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
-            console=Console(stderr=True),
+            console=console or err(),
             disable=not enabled,
             refresh_per_second=4,
         )
-        self._task = self._progress.add_task("episodes", total=total, completed=done, stats="")
+        self._task = self._progress.add_task(description, total=None, stats="")
 
-    def seed_from(self, records: list[EpisodeRecord]) -> None:
-        for r in records:
-            self._count(r)
+    # --- RunObserver --------------------------------------------------------------------------
+    def started(self, total: int, existing: list[EpisodeRecord]) -> None:
+        for rec in existing:
+            self._count(rec)
+        self._progress.update(self._task, total=total, completed=len(existing))
+        self._show()
 
+    def finished(self, record: EpisodeRecord) -> None:
+        self._count(record)
+        self._progress.advance(self._task)
+        self._show()
+
+    def add(self, n: int) -> None:
+        """``n`` more episodes to run (a plan made in batches)."""
+        task = next(t for t in self._progress.tasks if t.id == self._task)
+        total = task.total or 0
+        self._progress.update(self._task, total=total + n)
+
+    def trajectory(self, planned: PlannedEpisode, traj: Trajectory) -> None:
+        """``run_episodes(..., on_trajectory=progress.trajectory)``."""
+        self.finished(traj.record())
+
+    # --- drawing ------------------------------------------------------------------------------
     def _count(self, rec: EpisodeRecord) -> None:
         self.counts[rec.status] += 1
-        if rec.scored:
+        if rec.scored and self.pass_threshold is not None:
             self.scored += 1
             self.passed += rec.reward is not None and rec.reward >= self.pass_threshold - 1e-9
 
-    def update(self, traj: EpisodeRecord) -> None:
-        self._count(traj)
-        if not self.enabled:
-            return
-        rate = f"pass {self.passed / self.scored:.1%}" if self.scored else "pass -"
+    def stats(self) -> str:
+        """``pass 42.0% timeout=3 infra_error=1``: what the bar shows beside the count."""
+        rate = ""
+        if self.pass_threshold is not None:
+            rate = f"pass {self.passed / self.scored:.1%}" if self.scored else "pass -"
         errs = " ".join(
             f"{s.value}={self.counts[s.value]}"
             for s in Status
             if s is not Status.OK and self.counts[s.value]
         )
-        self._progress.update(self._task, advance=1, stats=f"{rate} {errs}".strip())
+        return f"{rate} {errs}".strip()
 
-    def __enter__(self) -> RolloutProgress:
+    def _show(self) -> None:
+        if self.enabled:
+            self._progress.update(self._task, stats=self.stats())
+
+    def __enter__(self) -> RunProgress:
         self._progress.start()
         return self
 
@@ -75,3 +118,16 @@ class RolloutProgress:
         tb: TracebackType | None,
     ) -> None:
         self._progress.stop()
+
+
+class VetProgress:
+    """A ``VetObserver`` (``envlab.vet``): vet plans its episodes in batches."""
+
+    def __init__(self, progress: RunProgress) -> None:
+        self.progress = progress
+
+    def planned(self, n: int) -> None:
+        self.progress.add(n)
+
+    def finished(self, episode: PlannedEpisode, trajectory: Trajectory) -> None:
+        self.progress.finished(trajectory.record())

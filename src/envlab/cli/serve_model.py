@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-err = Console(stderr=True)
+from envlab.cli.console import err
 
 
 def serve_model_cmd(
@@ -64,11 +63,11 @@ def serve_model_cmd(
     if as_json:
         print(json.dumps(details), flush=True)
     else:
-        err.print(
+        err().print(
             f"serving [bold]{served}[/] ({path.name}, {engine.weights_hash[:19]}…) at {url} "
             f"(loaded in {engine.load_s:.2f}s, {engine.n_threads} threads)\n"
             f"use it with: envlab eval calc --agent openai:{served}@{url}"
         )
     if host not in ("127.0.0.1", "localhost", "::1"):
-        err.print(f"[yellow]warning:[/] listening on {host}: the server has no authentication")
+        err().print(f"[yellow]warning:[/] listening on {host}: the server has no authentication")
     serve(engine, served_name=served, host=host, port=port)

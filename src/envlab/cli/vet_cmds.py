@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from envlab.core import ConfigError
+from envlab.cli.console import out, run_async
 
-out = Console()
-err = Console(stderr=True)
+if TYPE_CHECKING:
+    from envlab.vet.model import EnvVet
+    from envlab.vet.runner import VetConfig
 
 _STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "n/a": "dim"}
 _VERDICT_STYLE = {
@@ -27,32 +24,39 @@ _VERDICT_STYLE = {
 }
 
 
-def _load_agent(name: str | None):  # type: ignore[no-untyped-def]
-    if name is None or name.lower() == "none":
-        return None
-    from envlab.agents import load_agent
-
-    return load_agent(name)
-
-
-async def _vet_one(env_name: str, agent_name: str | None, out_dir: Path, cfg):  # type: ignore[no-untyped-def]
-    from envlab.envs import load_env
+async def _vet_one(
+    env_name: str,
+    agent_name: str | None,
+    out_dir: Path,
+    cfg: VetConfig,
+    sandbox: str | None,
+    progress: bool,
+) -> EnvVet:
+    """Vet one environment with the agent called ``agent_name`` (``none``: no agent), which
+    is closed at the end."""
+    from envlab.cli.eval_cmd import open_agent, open_env
+    from envlab.cli.progress import RunProgress, VetProgress
     from envlab.vet.runner import vet_environment
 
-    env = load_env(env_name)
-    return await vet_environment(
-        env, env_id=env_name, out_dir=out_dir, agent=_load_agent(agent_name), config=cfg
-    )
+    spec = open_env(env_name, {}, sandbox)
+    factory = None
+    if agent_name is not None and agent_name.lower() != "none":
+        factory = open_agent(agent_name, {})
+    bar = RunProgress(description=f"vet {spec.name}", pass_threshold=None, enabled=progress)
+    try:
+        with bar:
+            return await vet_environment(
+                spec, out_dir=out_dir, agent=factory, config=cfg, observer=VetProgress(bar)
+            )
+    finally:
+        if factory is not None:
+            await factory.aclose()
 
 
 def _config(
-    samples: int,
-    oracle_runs: int,
-    group_size: int,
-    concurrency: int,
-    tasks: int | None,
-    progress: bool,
-):  # type: ignore[no-untyped-def]
+    samples: int, oracle_runs: int, group_size: int, concurrency: int, tasks: int | None
+) -> VetConfig:
+    from envlab.core.errors import ConfigError
     from envlab.vet.runner import VetConfig
 
     if samples < 2:
@@ -65,13 +69,18 @@ def _config(
         group_size=group_size,
         concurrency=concurrency,
         tasks=tasks,
-        progress=progress,
     )
+
+
+_SANDBOX = typer.Option("--sandbox", metavar="bwrap|local", help="Sandbox of task folders.")
 
 
 def vet_cmd(
     env: Annotated[
-        str, typer.Argument(help="Environment: a name, module:factory, or a task folder path.")
+        str,
+        typer.Argument(
+            metavar="ENV", help="Environment: a name, module:Class, file.py:Class or a task folder."
+        ),
     ],
     agent: Annotated[
         str, typer.Option("--agent", "-a", help="Agent of the trainability check ('none' to skip).")
@@ -89,20 +98,27 @@ def vet_cmd(
     tasks: Annotated[
         int | None, typer.Option("--tasks", "-n", help="Vet only the first N tasks.")
     ] = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Vet directory.")] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", "-o", metavar="DIR", help="Vet directory.")
+    ] = None,
+    sandbox: Annotated[str | None, _SANDBOX] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print vet.json.")] = False,
 ) -> None:
     """Vet ENV: catch leaking, hackable, broken, trivial and dead tasks; write vet.json."""
-    cfg = _config(samples, oracle_runs, group_size, concurrency, tasks, not as_json)
-    out_dir = out_dir or Path("runs") / f"vet-{_safe(env)}-{time.strftime('%Y%m%d-%H%M%S')}"
-    report = asyncio.run(_vet_one(env, agent, out_dir, cfg))
+    from envlab.cli.run_dirs import default_out_dir
+
+    cfg = _config(samples, oracle_runs, group_size, concurrency, tasks)
+    out_dir = out_dir or default_out_dir("vet", env)
+    report = run_async(_vet_one(env, agent, out_dir, cfg, sandbox, not as_json))
     if as_json:
-        out.print_json(report.model_dump_json())
+        typer.echo(report.model_dump_json(indent=2))
         return
     print_report(report, out_dir)
 
 
 def print_report(report, out_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    from rich.table import Table
+
     from envlab.vet.model import CHECKS
 
     names = list(CHECKS)
@@ -121,16 +137,16 @@ def print_report(report, out_dir: Path) -> None:  # type: ignore[no-untyped-def]
             ", ".join(exposed_to(t)) or "-",
             ", ".join(n for n in names if by.get(n) == "warn") or "-",
         )
-    out.print(table)
+    out().print(table)
     lines = [(t, reason) for t in report.tasks for reason in t.reasons[:1]]
     for t, reason in lines[:20]:
-        out.print(f"  [{_VERDICT_STYLE[t.verdict]}]{t.task_id}[/]: {reason}")
+        out().print(f"  [{_VERDICT_STYLE[t.verdict]}]{t.task_id}[/]: {reason}")
     if len(lines) > 20:
-        out.print(f"  ... and {len(lines) - 20} more tasks with findings (see vet.json)")
+        out().print(f"  ... and {len(lines) - 20} more tasks with findings (see vet.json)")
     for c in report.env_checks:
-        out.print(f"[{_STYLE[c.status]}]{c.status:>4}[/] {c.name}: {c.summary}")
+        out().print(f"[{_STYLE[c.status]}]{c.status:>4}[/] {c.name}: {c.summary}")
     counts = ", ".join(f"{k} {v}" for k, v in report.verdict_counts.items() if v)
-    out.print(
+    out().print(
         f"quality score [bold]{report.quality_score:.1f}[/] ({counts}); "
         f"{report.episodes} episodes, {report.infra_errors} infra errors, {report.elapsed_s:.0f}s; "
         f"{out_dir / 'vet.json'}"
@@ -161,23 +177,28 @@ def arena_cmd(
     html: Annotated[
         Path | None, typer.Option("--html", help="HTML page (default OUT/arena.html).")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    sandbox: Annotated[str | None, _SANDBOX] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the ranking as JSON.")] = False,
 ) -> None:
     """Vet several environments and rank them: environments, not models."""
+    from rich.table import Table
+
+    from envlab.cli.run_dirs import default_out_dir, safe_name
     from envlab.vet.arena import rank, write_html
 
-    cfg = _config(samples, oracle_runs, group_size, concurrency, tasks, not as_json)
-    out_dir = out_dir or Path("runs") / f"arena-{time.strftime('%Y%m%d-%H%M%S')}"
+    cfg = _config(samples, oracle_runs, group_size, concurrency, tasks)
+    out_dir = out_dir or default_out_dir("arena")
     reports = []
     for i, name in enumerate(envs):
-        reports.append(asyncio.run(_vet_one(name, agent, out_dir / f"{i:02d}-{_safe(name)}", cfg)))
+        where = out_dir / f"{i:02d}-{safe_name(name)}"
+        reports.append(run_async(_vet_one(name, agent, where, cfg, sandbox, not as_json)))
     ranking = rank(reports)
     page = write_html(ranking, reports, html or out_dir / "arena.html")
     (out_dir / "arena.json").write_text(
         json.dumps([r.model_dump(mode="json") for r in ranking], indent=2)
     )
     if as_json:
-        out.print_json(json.dumps([r.model_dump(mode="json") for r in ranking]))
+        typer.echo(json.dumps([r.model_dump(mode="json") for r in ranking], indent=2))
         return
     table = Table(title="arena: environments ranked")
     for col in (
@@ -207,11 +228,5 @@ def arena_cmd(
             str(c["dead"]),
             str(r.tasks),
         )
-    out.print(table)
-    out.print(f"wrote {page}")
-
-
-def _safe(name: str) -> str:
-    from envlab.vet.plan import safe_name
-
-    return safe_name(name.rstrip("/"))[-60:]
+    out().print(table)
+    out().print(f"wrote {page}")

@@ -1,0 +1,164 @@
+"""The episodes of ``envlab task run|check``, through the one driver, and their rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, Field
+
+from envlab.cli.eval_cmd import open_agent, open_env
+
+if TYPE_CHECKING:
+    from envlab.cli.progress import RunProgress
+    from envlab.core import AgentFactory, EnvSpec, Limits, Task, Trajectory
+    from envlab.envs.taskfolder import TaskFolder
+
+
+class EpisodeRow(BaseModel):
+    task_id: str
+    sample: int
+    agent: str
+    status: str
+    reward: float | None
+    components: dict[str, float] = Field(default_factory=dict)
+    duration_s: float
+    attempts: int
+    error: dict[str, str] | None = None
+    """``{kind, phase, message}`` when the episode did not end ``ok``."""
+    grader_failed: str | None = None
+    """Why the grade was invalid twice (the episode then scores 0)."""
+    verifier_exit_code: int | None = None
+    verifier_output_tail: str = ""
+
+    @classmethod
+    def of(cls, traj: Trajectory) -> EpisodeRow:
+        grade = traj.info.get("grade") or {}
+        e = traj.error
+        return cls(
+            task_id=traj.task_id,
+            sample=traj.sample_index,
+            agent=traj.agent.name,
+            status=str(traj.status),
+            reward=traj.reward,
+            components=traj.components,
+            duration_s=round(traj.timings.duration_s, 3),
+            attempts=traj.attempts,
+            error=None if e is None else {"kind": e.kind, "phase": e.phase, "message": e.message},
+            grader_failed=traj.grader_failed,
+            verifier_exit_code=grade.get("verifier_exit_code"),
+            verifier_output_tail=str(grade.get("verifier_output_tail", "")),
+        )
+
+    def why(self) -> str:
+        """One line on why this sample scored what it did."""
+        if self.grader_failed:
+            return "grader failed: " + self.grader_failed.strip().splitlines()[0]
+        if self.error:
+            lines = self.error["message"].strip().splitlines() or [""]
+            return f"{self.error['kind']} in {self.error['phase']}: {lines[0]}"
+        tail = self.verifier_output_tail.strip().splitlines()
+        code = self.verifier_exit_code
+        return f"test.sh exit {code}" + (f": {tail[-1][:160]}" if tail else "")
+
+
+class CheckRow(BaseModel):
+    task_id: str
+    ok: bool
+    oracle: list[EpisodeRow]
+    noop: list[EpisodeRow]
+    problems: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+async def run_samples(
+    spec: EnvSpec,
+    runs: list[tuple[AgentFactory, int]],
+    tasks: list[Task],
+    *,
+    concurrency: int = 4,
+    max_retries: int = 1,
+    overrides: Limits | None = None,
+    progress: RunProgress | None = None,
+) -> list[list[EpisodeRow]]:
+    """For each ``(agent, samples)`` of ``runs``: that many samples of every task, all in one
+    plan through the driver. One list of rows per entry of ``runs``, in plan order."""
+    from envlab.core import Limits
+    from envlab.rollout import EpisodeConfig, PlannedEpisode, episode_ids, run_episodes
+
+    env_hash = spec.content_hash()
+    plan: list[PlannedEpisode] = []
+    for run_seed, (agent, samples) in enumerate(runs):
+        for task in tasks:
+            for s in range(samples):
+                ids = episode_ids(spec.name, env_hash, task.id, run_seed, s)
+                plan.append(PlannedEpisode(task, s, ids, agent))
+    config = EpisodeConfig(overrides=overrides or Limits.overrides(), max_retries=max_retries)
+    if progress is not None:
+        progress.started(len(plan), [])
+    trajs = await run_episodes(
+        spec,
+        plan,
+        config=config,
+        concurrency=concurrency,
+        on_trajectory=None if progress is None else progress.trajectory,
+    )
+    rows = [EpisodeRow.of(t) for t in trajs]
+    out_rows, start = [], 0
+    for _, samples in runs:
+        out_rows.append(rows[start : start + samples * len(tasks)])
+        start += samples * len(tasks)
+    return out_rows
+
+
+async def check(
+    path: Path,
+    runs: int,
+    noop_runs: int,
+    concurrency: int,
+    max_retries: int = 0,
+    *,
+    sandbox: str | None = None,
+    progress: RunProgress | None = None,
+) -> list[CheckRow]:
+    """The oracle ``runs`` times and the no-op agent ``noop_runs`` times on every task folder
+    under ``path``; a row per task says whether it keeps the contract."""
+    from envlab.envs.taskfolder import find_task_folders
+
+    spec = open_env(str(path), {}, sandbox)
+    tasks = list(spec.tasks())
+    oracle, noop = open_agent("oracle", {}), open_agent("noop", {})
+    try:
+        oracle_rows, noop_rows = await run_samples(
+            spec, [(oracle, runs), (noop, noop_runs)], tasks,
+            concurrency=concurrency, max_retries=max_retries, progress=progress,
+        )  # fmt: skip
+    finally:
+        await oracle.aclose()
+        await noop.aclose()
+    return [await _check_row(folder, oracle_rows, noop_rows) for folder in find_task_folders(path)]
+
+
+async def _check_row(
+    folder: TaskFolder, oracle: list[EpisodeRow], noop: list[EpisodeRow]
+) -> CheckRow:
+    from envlab.core.errors import EnvlabError
+    from envlab.envs.taskfolder import prepare_workspace
+
+    o = [r for r in oracle if r.task_id == folder.name]
+    n = [r for r in noop if r.task_id == folder.name]
+    problems = [] if folder.solution is not None else ["no solution/solve.sh"]
+    for who, rows, want in (("oracle", o, 1.0), ("noop", n, 0.0)):
+        for r in rows:
+            if r.status != "ok" or r.reward != want:
+                problems.append(
+                    f"{who} sample {r.sample}: {r.status}, reward {r.reward} ({r.why()})"
+                )
+    notes = [f"task.toml: unknown key {k}" for k in folder.config.unknown_keys()]
+    try:
+        notes += (await prepare_workspace(folder)).notes
+    except EnvlabError as e:
+        notes.append(f"build: {e}")
+    return CheckRow(
+        task_id=folder.name, ok=not problems, oracle=o, noop=n, problems=problems, notes=notes
+    )
