@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from envlab.core import Component, GraderFailed, Rubric
+from envlab.core import Component, ConfigError, GraderFailed, Rubric
 
 
 async def test_weighted_mean_and_gate() -> None:
@@ -26,9 +26,9 @@ async def test_weighted_mean_and_gate() -> None:
 
 
 async def test_rubric_rejects_bad_definitions_and_scores() -> None:
-    with pytest.raises(ValueError, match="unique"):
+    with pytest.raises(ConfigError, match="unique"):
         Rubric([Component("a", lambda c: 1), Component("a", lambda c: 1)])
-    with pytest.raises(ValueError, match="non-gate"):
+    with pytest.raises(ConfigError, match="non-gate"):
         Rubric([Component("g", lambda c: 1, gate=True)])
     # a score the component cannot give is a failed grade (the engine regrades, then scores 0)
     with pytest.raises(GraderFailed, match="outside"):

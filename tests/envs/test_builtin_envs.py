@@ -8,12 +8,14 @@ from envlab.agents.scripted import OracleAgent
 from envlab.core import (
     Action,
     Agent,
+    AgentClass,
+    AgentFactory,
     AgentSpec,
     ConfigError,
+    EnvSpec,
     NotFoundError,
     Observation,
     ToolCall,
-    ToolEnv,
 )
 from envlab.envs import load_env
 from envlab.envs.arith import ArithEnv
@@ -31,26 +33,30 @@ def test_arith_tasks_are_deterministic_and_cover_levels() -> None:
 
 
 async def test_arith_grades_the_final_answer() -> None:
-    env = ArithEnv(level=1)
-    task = env.tasks(n=1)[0]
+    spec = ArithEnv(level=1)
+    task = spec.tasks(n=1)[0]
+    env = spec.new_episode()
     await env.reset(task)
     res = await env.step(Action(text=f"Let me think... the answer is {task.answer}"))
     assert res.done and (await env.grade()).total == 1.0
+    env = spec.new_episode()
     await env.reset(task)
     res = await env.step(Action(text=f"the answer is {task.answer + 1}"))
     assert res.done and (await env.grade()).total == 0.0
 
 
 async def test_calc_rewards_tool_use_separately() -> None:
-    env = CalcEnv(min_ops=1, max_ops=1)
-    task = env.tasks(n=1)[0]
+    spec = CalcEnv(min_ops=1, max_ops=1)
+    task = spec.tasks(n=1)[0]
     (op, a, b) = task.metadata["steps"][0]
+    env = spec.new_episode()
     await env.reset(task)
     res = await env.step(Action(text=str(task.answer)))  # right answer, no tools
     assert res.done and res.reward == 0.0  # steps reward 0; the grade comes after
     reward = await env.grade()
     assert reward.total == pytest.approx(0.8)
     assert reward.components == {"correct": 1.0, "computed_with_tools": 0.0}
+    env = spec.new_episode()
     await env.reset(task)
     await env.step(Action(tool_calls=[ToolCall(op, {"a": a, "b": b}, id="c1")]))
     await env.step(Action(text=str(task.answer)))
@@ -58,7 +64,7 @@ async def test_calc_rewards_tool_use_separately() -> None:
 
 
 def test_calc_tools_have_schemas_from_signatures() -> None:
-    specs = {s.name: s for s in CalcEnv().tools}
+    specs = {s.name: s for s in CalcEnv().new_episode().tools}
     assert set(specs) == {"add", "sub", "mul", "div"}
     div = specs["div"].to_openai()["function"]
     assert div["description"] == "Divide a by b."
@@ -74,7 +80,7 @@ def test_registry_finds_entry_points_and_paths() -> None:
     assert isinstance(load_env("envlab.envs.calc:CalcEnv", max_ops=2), CalcEnv)
     with pytest.raises(NotFoundError, match="Known environments: arith, calc"):
         load_env("nope")
-    with pytest.raises(ConfigError, match="arith level must be one of"):
+    with pytest.raises(ConfigError, match="bad config for environment 'arith': level: "):
         load_env("arith", level=7)
     with pytest.raises(NotFoundError, match="no attribute"):
         load_env("envlab.envs.calc:Nope")
@@ -101,10 +107,8 @@ class EchoPromptAgent(Agent):
         return Action(text=text)
 
 
-async def _mean_reward(env: ToolEnv, agent: Agent, out: Path, n: int = 500) -> list[float]:
-    result = await rollout(
-        env, agent, env.tasks(n=n), out_dir=out, concurrency=16, progress=False, env_id=env.id
-    )
+async def _mean_reward(env: EnvSpec, agent: AgentFactory, out: Path, n: int = 500) -> list[float]:
+    result = await rollout(env, agent, env.tasks(n=n), out_dir=out, concurrency=16)
     assert result.new_episodes == n
     return [r.reward for r in result.records if r.reward is not None]
 
@@ -119,12 +123,12 @@ async def _mean_reward(env: ToolEnv, agent: Agent, out: Path, n: int = 500) -> l
     ],
     ids=["calc-prompt", "calc-expression", "arith-prompt", "arith-question"],
 )
-async def test_echoing_the_prompt_earns_nothing(env: ToolEnv, part: str, tmp_path: Path) -> None:
-    rewards = await _mean_reward(env, EchoPromptAgent(part), tmp_path / "run")
+async def test_echoing_the_prompt_earns_nothing(env: EnvSpec, part: str, tmp_path: Path) -> None:
+    rewards = await _mean_reward(env, AgentClass(EchoPromptAgent, part), tmp_path / "run")
     assert len(rewards) == 500 and max(rewards) == 0.0
 
 
 @pytest.mark.parametrize("env", [CalcEnv(), ArithEnv()], ids=["calc", "arith"])
-async def test_the_oracle_still_earns_everything(env: ToolEnv, tmp_path: Path) -> None:
-    rewards = await _mean_reward(env, OracleAgent(), tmp_path / "run")
+async def test_the_oracle_still_earns_everything(env: EnvSpec, tmp_path: Path) -> None:
+    rewards = await _mean_reward(env, AgentClass(OracleAgent), tmp_path / "run")
     assert len(rewards) == 500 and min(rewards) == 1.0

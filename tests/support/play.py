@@ -40,3 +40,20 @@ async def play(
 def echo_with(episode: type[EchoEpisode]) -> EchoEnv:
     """``EchoEnv`` whose episodes are ``episode`` (a test's subclass of ``EchoEpisode``)."""
     return type(f"EchoWith{episode.__name__}", (EchoEnv,), {"environment": episode})()
+
+
+def hash_in_subprocess(imports: str, spec: str, *, hash_seed: int) -> str:
+    """``content_hash()`` of the spec expression ``spec`` computed in a fresh Python process
+    (``PYTHONHASHSEED=hash_seed``, so that set orders and object addresses differ from ours)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import subprocess_env
+
+    env = {**subprocess_env(), "PYTHONHASHSEED": str(hash_seed)}
+    code = f"{imports}\nprint(({spec}).content_hash())"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
