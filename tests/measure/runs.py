@@ -10,9 +10,9 @@ from typing import Any
 
 from envlab.agents import load_agent
 from envlab.agents.scripted import OracleAgent
+from envlab.cli.evaluate import evaluate
 from envlab.core import Action, AgentSpec, EpisodeContext, Observation
 from envlab.envs import load_env
-from envlab.measure.evaluate import evaluate
 
 
 def make_run(
@@ -27,22 +27,27 @@ def make_run(
     must_pass: list[str] | None = None,
     agent_args: dict[str, Any] | None = None,
 ) -> Path:
-    environment = load_env(env, **(env_args or {}))
-    coro = evaluate(
-        environment,
-        load_agent(agent, **(agent_args or {})),
-        environment.tasks(seed=seed, n=tasks),
-        out_dir=out,
-        samples=samples,
-        seed=seed,
-        env_id=env,
-        progress=False,
-        command=["envlab", "eval", env, "--agent", agent],
-        must_pass=must_pass,
-    )
+    spec = load_env(env, **(env_args or {}))
+    factory = load_agent(agent, **(agent_args or {}))
+
+    async def run() -> None:
+        try:
+            await evaluate(
+                spec,
+                factory,
+                spec.tasks(seed=seed, n=tasks),
+                out_dir=out,
+                samples=samples,
+                seed=seed,
+                command=["envlab", "eval", env, "--agent", agent],
+                must_pass=must_pass,
+            )
+        finally:
+            await factory.aclose()
+
     # a thread of its own: playwright's sync API keeps an event loop in the test's thread
     with ThreadPoolExecutor(1) as pool:
-        pool.submit(asyncio.run, coro).result()
+        pool.submit(asyncio.run, run()).result()
     return out
 
 

@@ -52,3 +52,14 @@ def test_pass_threshold_for_partial_rewards() -> None:
 def test_empty_run() -> None:
     s = summarize([])
     assert s.mean_reward is None and s.pass_at_k == {} and s.n_episodes == 0
+
+
+def test_the_one_pass_test() -> None:
+    from envlab.measure import is_pass
+
+    assert is_pass(1.0) and is_pass(sum([0.1] * 10))  # 0.9999999999999999 passes
+    assert not is_pass(1.0 - 1e-6) and not is_pass(None) and not is_pass(None, 0.0)
+    assert is_pass(0.5, 0.5) and not is_pass(0.49, 0.5)
+    # a summary judges with it: a reward just under a threshold of 0.5 does not pass
+    s = summarize([traj("a", 0, 0.5), traj("a", 1, 0.4999)], pass_threshold=0.5)
+    assert s.pass_rate == 0.5 and s.tasks[0].passed == 1

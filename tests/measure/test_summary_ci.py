@@ -12,11 +12,11 @@ import pytest
 from scipy import stats
 
 from envlab.agents import load_agent
-from envlab.cli.measure_cmds import summary_rows
+from envlab.cli.eval_table import summary_rows
+from envlab.cli.evaluate import evaluate
 from envlab.core import AgentSpec, Status, Trajectory
 from envlab.envs import load_env
 from envlab.measure import Summary, load_run, proportion_ci, summarize
-from envlab.measure.evaluate import evaluate
 from envlab.measure.summary import rate_ci
 from tests.measure.runs import make_run
 
@@ -128,18 +128,18 @@ def test_eval_writes_intervals_and_gate_into_summary_json(tmp_path: Path) -> Non
     assert data["gate"]["must_pass"] == ["arith-test-0-00000"]
     s = Summary.model_validate(data)
     rows = dict(summary_rows(s))
-    assert rows["mean reward 95% CI"].startswith(f"{ci['low']:.3f} to {ci['high']:.3f}")
+    assert f"95% CI {ci['low']:.3f}-{ci['high']:.3f}" in rows["mean reward"]
     assert "must-pass tasks passed" in rows["gate (must-pass tasks)"]
-    assert "pass^2 95% CI" in rows
+    assert "95% CI" in rows["pass^2"]
 
 
 def test_tasks_declare_themselves_must_pass(tmp_path: Path) -> None:
     env = load_env("arith")
     tasks = env.tasks(n=4)
     tasks[1].metadata["must_pass"] = True
-    coro = evaluate(env, load_agent("oracle"), tasks, out_dir=tmp_path / "r", progress=False)
+    coro = evaluate(env, load_agent("oracle"), tasks, out_dir=tmp_path / "r")
     with ThreadPoolExecutor(1) as pool:
-        _, summary = pool.submit(asyncio.run, coro).result()
+        summary = pool.submit(asyncio.run, coro).result().summary
     assert summary.gate is not None and summary.gate.must_pass == [tasks[1].id]
     assert summary.gate.passed is True
     assert load_run(tmp_path / "r").must_pass == [tasks[1].id]  # kept for compare and report

@@ -20,9 +20,10 @@ from envlab.measure.power import (
 )
 from envlab.measure.runs import Run, load_run
 from envlab.measure.stats import Estimate, bootstrap_mean_ci, mean_ci, proportion_ci
-from envlab.measure.summary import Summary, TaskStats, is_pass, summarize
+from envlab.measure.summary import PASS_TOLERANCE, Summary, TaskStats, is_pass, summarize
 
 __all__ = [
+    "PASS_TOLERANCE",
     "Comparison",
     "Estimate",
     "GateResult",

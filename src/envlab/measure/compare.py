@@ -17,7 +17,7 @@ from envlab.measure.power import (
     tasks_needed,
 )
 from envlab.measure.runs import Run, load_run
-from envlab.measure.summary import is_binary
+from envlab.measure.summary import is_binary, is_pass
 
 
 class RunRef(BaseModel):
@@ -150,7 +150,10 @@ def compare_runs(
     scale, unit = (100.0, "points") if in_unit else (1.0, "")
     mc = None
     if is_binary(all_rewards) and all(len(ra[t]) == 1 and len(rb[t]) == 1 for t in shared):
-        mc = mcnemar([ra[t][0] == 1.0 for t in shared], [rb[t][0] == 1.0 for t in shared])
+        mc = mcnemar(
+            [is_pass(ra[t][0], a.pass_threshold) for t in shared],
+            [is_pass(rb[t][0], b.pass_threshold) for t in shared],
+        )
     test, p = ("McNemar exact", mc.p_value) if mc else ("paired t", paired.p_value)
     alpha = 1 - confidence
     cmp = Comparison(

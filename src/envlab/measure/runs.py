@@ -1,4 +1,8 @@
-"""Run directories as measurement reads them: ``run.json``, trajectories, ``summary.json``."""
+"""Run directories as measurement reads them: ``run.json``, trajectories, ``summary.json``.
+
+The directory format is :mod:`envlab.runs`; this module adds what measurement takes from it
+(the pass threshold and gating tasks the run was summarised with).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envlab.core import EpisodeRecord, NotFoundError, StoreError, Trajectory
+from envlab.core import EpisodeRecord, Trajectory
 from envlab.measure.summary import CIMethod, Summary, summarize
-from envlab.rollout import RUN_FILE, TRAJECTORIES_FILE, RunInfo, TrajectoryStore, load_run_info
+from envlab.runs import SUMMARY_FILE, RunDir, RunInfo
 
-SUMMARY_FILE = "summary.json"
+__all__ = ["SUMMARY_FILE", "Run", "load_run"]
 
 
 @dataclass(slots=True)
@@ -49,48 +53,39 @@ class Run:
 
 
 def load_run(path: str | Path, *, trajectories: bool = False) -> Run:
-    """Read a run directory written by ``envlab eval --out``.
+    """Read a run directory written by ``envlab eval --out``: the light record of each episode
+    (streamed: whole trajectories are never all in memory), or with ``trajectories`` them too.
 
     The pass threshold and gating tasks come from its ``summary.json`` when there is one, so a
     comparison or report judges passes the way the run did.
     """
-    run_dir = Path(path)
-    if not run_dir.is_dir():
-        raise NotFoundError(
-            f"no run directory at {run_dir}: pass a directory written by `envlab eval --out DIR`"
-        )
-    if not (run_dir / RUN_FILE).exists():
-        raise StoreError(
-            f"{run_dir} is not a run directory: it has no {RUN_FILE}. "
-            "Pass a directory written by `envlab eval --out DIR`."
-        )
-    info = load_run_info(run_dir)
-    store = TrajectoryStore(run_dir / TRAJECTORIES_FILE)
-    trajs = store.load()
-    notes = []
-    if store.dropped_torn_line is not None:
-        notes.append(f"{run_dir}: ignored a torn last line of {TRAJECTORIES_FILE}")
-    if not trajs:
-        raise StoreError(
-            f"{run_dir} holds no episodes yet ({TRAJECTORIES_FILE} is missing or empty). "
-            f"Finish it with `envlab eval ... --out {run_dir} --resume`."
-        )
-    threshold, must_pass = 1.0, None
-    summary_file = run_dir / SUMMARY_FILE
-    if summary_file.exists():
-        try:
-            data = json.loads(summary_file.read_text())
-            threshold = float(data.get("pass_threshold", 1.0))
-            gate = data.get("gate") or {}
-            must_pass = list(gate["must_pass"]) if gate.get("must_pass") else None
-        except (ValueError, TypeError, KeyError):
-            notes.append(f"{summary_file} is unreadable; assuming pass threshold 1.0, no gate")
+    run_dir = RunDir(path)
+    trajs = list(run_dir.trajectories()) if trajectories else None
+    records = [t.record() for t in trajs] if trajs else run_dir.records()
+    notes = run_dir.notes
+    threshold, must_pass, note = _summary_settings(run_dir.path / SUMMARY_FILE)
+    if note:
+        notes.append(note)
     return Run(
-        path=run_dir,
-        info=info,
-        records=[t.record() for t in trajs],
-        trajectories=trajs if trajectories else None,
+        path=run_dir.path,
+        info=run_dir.info,
+        records=records,
+        trajectories=trajs,
         pass_threshold=threshold,
         must_pass=must_pass,
         notes=notes,
     )
+
+
+def _summary_settings(path: Path) -> tuple[float, list[str] | None, str | None]:
+    """``(pass threshold, gating tasks, note)`` from a ``summary.json`` (defaults without one)."""
+    if not path.exists():
+        return 1.0, None, None
+    try:
+        data = json.loads(path.read_text())
+        threshold = float(data.get("pass_threshold", 1.0))
+        gate = data.get("gate") or {}
+        must_pass = list(gate["must_pass"]) if gate.get("must_pass") else None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return 1.0, None, f"{path} is unreadable; assuming pass threshold 1.0, no gate"
+    return threshold, must_pass, None

@@ -64,8 +64,15 @@ class Summary(BaseModel):
     gate: GateResult | None = None
 
 
-def is_pass(reward: float | None, threshold: float) -> bool:
-    return reward is not None and reward >= threshold - 1e-9
+PASS_TOLERANCE = 1e-9
+"""A reward this close below the threshold passes (1 - 1e-12 from a float sum is a 1)."""
+
+
+def is_pass(reward: float | None, threshold: float = 1.0) -> bool:
+    """THE pass test of envlab: a reward passes when it reaches ``threshold`` (within
+    ``PASS_TOLERANCE``); no reward (an unscored episode) never passes. Summaries, compare,
+    vet and the CLI's progress all judge passes with this one function."""
+    return reward is not None and reward >= threshold - PASS_TOLERANCE
 
 
 def is_binary(values: Iterable[float]) -> bool:
