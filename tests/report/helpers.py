@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from envlab.core import AgentSpec, Status, StepRecord, Trajectory
-from envlab.rollout import RUN_FILE, TRAJECTORIES_FILE, RunInfo, TrajectoryStore
+from envlab.runs import TRAJECTORIES_FILE, RunInfo, TrajectoryStore, write_run_info
 
 AGENT = AgentSpec(name="shell-agent", model_id="test-model", harness="tests:shell")
 
@@ -28,7 +28,7 @@ def write_run(out: Path, trajectories: list[Trajectory]) -> Path:
         episode_config={},
         created_at=time.time(),
     )
-    (out / RUN_FILE).write_text(info.model_dump_json())
+    write_run_info(out, info)
     with TrajectoryStore(out / TRAJECTORIES_FILE) as store:
         for t in trajectories:
             store.append(t)

@@ -12,10 +12,10 @@ import typer
 from typer.testing import CliRunner
 
 from envlab.cli.measure_cmds import report_cmd
-from envlab.core import ConfigError, NotFoundError
+from envlab.core import ConfigError, EpisodeError, NotFoundError, Status, StepRecord
 from envlab.measure import load_run
 from envlab.report import render_report, write_report
-from envlab.rollout import TrajectoryStore
+from envlab.runs import TrajectoryStore
 from tests.measure.runs import make_run
 from tests.report.helpers import shell_episode, write_run
 
@@ -176,6 +176,46 @@ def test_a_failed_grade_shows_why_and_the_verifier_output(browser: Any, tmp_path
     head = page.inner_text("#episode .episode-head")
     assert "killed by signal 9" in head and "test.sh exit code 137" in head and "FAILED x" in head
     page.close()
+
+
+def test_errors_show_kind_phase_and_headline(browser: Any, tmp_path: Path) -> None:
+    crashed = shell_episode("t-1", reward=0.0)
+    crashed.status = Status.AGENT_ERROR
+    crashed.error = EpisodeError(
+        kind="agent", phase="act", message="ValueError: no answer\n  File 'agent.py', line 3"
+    )
+    infra = shell_episode("t-2", reward=None)
+    infra.error = EpisodeError(kind="infra", phase="reset", message="the sandbox did not start")
+    limit = shell_episode("t-3")  # the harness acted at a limit: a step without a model turn
+    limit.steps.append(StepRecord(index=2, message_index=None))
+    limit.n_steps = 3
+    run = write_run(tmp_path / "e", [crashed, infra, limit])
+    out = tmp_path / "r.html"
+    write_report([run], out)
+    page, _, errors = open_page(browser, out)
+    assert not errors, errors
+    table = page.inner_text("#errors-table")
+    assert "agent in act: ValueError: no answer" in table
+    assert "infra in reset: the sandbox did not start" in table
+    page.click("#task-list .item[data-task='t-1']")
+    assert "agent in act: ValueError: no answer" in page.inner_text("#episode .episode-error b")
+    assert "File 'agent.py', line 3" in page.inner_text("#episode .episode-error pre")
+    page.click("#task-list .item[data-task='t-3']")
+    page.click("#step-all")
+    assert page.locator("#steps .step").count() == 3
+    assert "no model turn" in page.inner_text("#steps .step >> nth=2")
+    assert "The files are a.txt" in page.inner_text("#steps .step >> nth=1")
+    page.close()
+
+
+def test_a_legacy_string_error_still_reports(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "old", [shell_episode("t-1")])
+    path = run / "trajectories.jsonl"
+    line = json.loads(path.read_text())
+    line["status"], line["error"] = "agent_error", "engine: the agent crashed"
+    path.write_text(json.dumps(line) + "\n")
+    html = render_report([load_run(run, trajectories=True)])
+    assert "unknown in unknown: engine: the agent crashed" in html
 
 
 def test_strings_repeated_across_episodes_are_stored_once(tmp_path: Path) -> None:

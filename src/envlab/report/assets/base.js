@@ -39,7 +39,6 @@
   const swatch = (r) => h("span", { class: "swatch", style: `background:${color(r)}` });
   const badge = (status) => h("span", { class: "badge", style: `background:${SCOLORS[status] || "#888"}`, text: status });
   const jsonBlock = (title, obj, open) => h("details", { open: open || null }, h("summary", { text: title }), h("pre", { text: JSON.stringify(obj, null, 2) }));
-  const isPass = (run, r) => r !== null && r >= run.summary.pass_threshold - 1e-9;
 
   /* ---------- per-task numbers of every run ---------- */
   for (const run of RUNS) {
@@ -50,7 +49,7 @@
       tot[t]++;
       if (r !== null && !UNSCORED.has(D.statuses[ep.status[i]])) {
         sum[t] += r; n[t]++;
-        if (isPass(run, r)) pass[t]++;
+        pass[t] += ep.pass[i]; // judged by envlab.measure.is_pass when the report was built
       }
     }
     run.byTask = { sum, n, pass, tot };
@@ -113,6 +112,13 @@
         h("table", { class: "grid" }, h("thead", {}, h("tr", {}, h("th", { text: "run" }), names.map((n) => h("th", { class: "num", text: n })))),
           h("tbody", {}, RUNS.map((run, r) => h("tr", {}, h("td", {}, swatch(r), run.label),
             names.map((n) => h("td", { class: "num", text: fmt(run.components[n]) })))))));
+    }
+    const failures = RUNS.flatMap((run, r) => Object.entries(run.first_errors || {}).map(([st, line]) =>
+      h("tr", {}, h("td", {}, swatch(r), run.label), h("td", {}, st === "grader_failed" ? "grader failed" : badge(st)), h("td", {}, h("code", { class: "error", text: line })))));
+    if (failures.length) {
+      sec.append(h("h2", { text: "First error of each failure", style: "margin-top:16px" }),
+        h("table", { class: "grid", id: "errors-table" }, h("thead", {}, h("tr", {}, ["run", "status", "kind in phase: what happened"].map((x) => h("th", { text: x })))),
+          h("tbody", {}, failures)));
     }
     for (const run of RUNS) {
       const G = run.summary.gate;

@@ -129,7 +129,7 @@
       const extra = Object.fromEntries(Object.entries(stp.info || {}).filter(([k]) => k !== "tool_errors"));
       const info = Object.keys(extra).length ? JSON.stringify(extra) : "";
       return h("div", { class: "step", "data-step": i },
-        h("div", { class: "step-head" }, h("b", { text: `Step ${i + 1} of ${e.steps.length}` }), h("span", { text: `reward ${fmt(stp.r)}` }),
+        h("div", { class: "step-head" }, h("b", { text: `Step ${i + 1} of ${e.steps.length}` }), h("span", { text: `reward ${fmt(stp.r)}` }), stp.nm ? h("span", { class: "ci", text: "no model turn" }) : null,
           stp.te ? h("span", { class: "error", text: `${stp.te} tool error(s)` }) : null, h("span", { text: `agent ${fmt(stp.as, 3)}s · env ${fmt(stp.es, 3)}s` })),
         e.messages.slice(stp.m, end).map((m) => messageNode(m, run)),
         info ? jsonBlock("environment info of this step", extra, info.length < 600) : null,
@@ -148,7 +148,8 @@
           e.info && e.info.grade && e.info.grade.verifier_exit_code !== undefined ? [h("dt", { text: "verifier" }), h("dd", {}, `test.sh exit code ${e.info.grade.verifier_exit_code}`, h("pre", { class: "verifier-tail", text: e.info.grade.verifier_output_tail || "" }))] : null,
           h("dt", { text: "time" }), h("dd", { text: `${fmt(e.time.duration_s, 3)}s (agent ${fmt(e.time.agent_s, 3)}s, env ${fmt(e.time.env_s, 3)}s, grade ${fmt(e.time.grade_s, 3)}s)` }),
           e.tokens ? [h("dt", { text: "tokens" }), h("dd", { text: `${e.tokens.prompt} prompt, ${e.tokens.completion} completion` })] : null),
-        e.error ? h("pre", { class: "error", text: e.error }) : null,
+        e.error ? h("div", { class: "episode-error" }, h("b", { class: "error", text: e.error.line }),
+          e.error.message.trim().includes("\n") ? h("pre", { class: "error", text: e.error.message }) : null) : null,
         e.info ? jsonBlock("episode info", e.info, false) : null);
       const n = e.steps.length;
       const prelude = e.messages.slice(0, n ? e.steps[0].m : e.messages.length).map((m) => messageNode(m, run));
