@@ -105,12 +105,6 @@ def test_content_hash_changes_with_config_and_code() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core/spec.py:86 EnvSpec.content_hash calls config.model_dump(mode='json') outside "
-    "canonical_json's guard: a non-JSON value raises pydantic's PydanticSerializationError "
-    "(a ValueError), not a ConfigError; nothing checks it when the spec is built",
-)
 def test_a_config_value_that_is_not_json_is_refused() -> None:
     """An object's repr holds its address, which would change the hash in every process."""
     for value in (object(), lambda: 1.0, OracleAgent()):
@@ -131,12 +125,6 @@ def test_plain_json_config_values_hash() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core/spec.py:86 model_dump(mode='json') writes a set as a list in iteration "
-    "order, which follows PYTHONHASHSEED for strings: the hash differs in every process "
-    "(sort sets, or refuse them, before canonical_json)",
-)
 def test_a_set_in_the_config_hashes_the_same_in_every_process() -> None:
     tags = "['alpha', 'beta', 'gamma', 'delta', 'epsilon']"
     hashes = {

@@ -202,11 +202,6 @@ async def test_order_enforcing_ends_the_episode_at_a_truncation_too() -> None:
         await env.step(Action(text="x"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core/wrappers.py OrderEnforcing guards grade() but not regrade(): Wrapper.regrade "
-    "passes a regrade before reset() on to the environment",
-)
 async def test_order_enforcing_refuses_a_regrade_before_reset() -> None:
     with pytest.raises(EpisodeOrderError, match="before reset"):
         await OrderEnforcing(Counter()).regrade()

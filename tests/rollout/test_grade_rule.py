@@ -185,11 +185,6 @@ async def test_a_grade_past_grade_timeout_is_grader_failed_not_infra() -> None:
     assert ScriptedGraderEnv.calls == ["grade", "regrade"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rollout/grading.py _graded_once says 'grade_timeout=0.2s'; the limit is named "
-    "grade_timeout_s (Limits, --grade-timeout), as the step/episode/reset messages say",
-)
 async def test_a_grade_past_grade_timeout_names_the_limit() -> None:
     t = await run(ScriptedGraderEnv([HANG, HANG]), grade_timeout_s=0.2)
     assert "the grader took longer than grade_timeout_s=0.2s" in (t.grader_failed or "")

@@ -7,6 +7,8 @@ import inspect
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
+from enum import Enum
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -53,6 +55,8 @@ class EnvSpec(ABC):
                 f"bad config for environment {self.name!r}: {_problems(e)}. "
                 f"Its fields: {', '.join(self.Config.model_fields) or '(none)'}"
             ) from None
+        # refused now, not when first hashed: a config must be plain data
+        self._config_json = canonical_json(self.config, f"the config of {self.name!r}")
 
     @property
     def name(self) -> str:
@@ -83,7 +87,7 @@ class EnvSpec(ABC):
         h = hashlib.sha256()
         for cls in self.code():
             _hash_code(h, cls)
-        h.update(canonical_json(self.config.model_dump(mode="json"), f"{self.name} config"))
+        h.update(self._config_json)
         return h.hexdigest()[:16]
 
     def wrap(self, wrapper: type[Wrapper], **params: Any) -> EnvSpec:
@@ -105,14 +109,35 @@ def _hash_code(h: Any, cls: type) -> None:
 
 
 def canonical_json(value: Any, what: str) -> bytes:
-    """``value`` as canonical JSON (sorted keys); a value that is not JSON is a ``ConfigError``
-    (an object's address would change the hash in every process)."""
+    """``value`` as canonical JSON: maps with sorted keys, sets sorted, models as their fields,
+    enums as their values, paths as strings. Anything else (an object, a function) is a
+    ``ConfigError``: its address or its iteration order would change the hash in every process."""
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+        plain = _plain(value)
+        return json.dumps(plain, sort_keys=True, separators=(",", ":")).encode()
     except (TypeError, ValueError) as e:
         raise ConfigError(
-            f"{what} must be plain JSON values (numbers, strings, lists, maps) to be hashed: {e}"
+            f"{what} must be plain JSON data (numbers, strings, lists, maps; sets and pydantic "
+            f"models are converted) to be hashed the same in every process: {e}"
         ) from None
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, BaseModel):
+        return {k: _plain(getattr(value, k)) for k in type(value).model_fields}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted((_plain(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True))
+    if isinstance(value, Enum):
+        return _plain(value.value)
+    if isinstance(value, PurePath):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} value {value!r:.80} is not plain data")
 
 
 def _problems(e: ValidationError) -> str:

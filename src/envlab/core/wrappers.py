@@ -9,6 +9,7 @@ wrapper's code and parameters. Every method is passed on explicitly, nothing by 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -164,9 +165,16 @@ class OrderEnforcing(Wrapper):
         return result
 
     async def grade(self) -> Reward | None:
-        if not self._reset:
-            raise EpisodeOrderError("grade() called before reset(): there is no episode to grade")
+        self._check_graded("grade")
         return await self.env.grade()
+
+    async def regrade(self) -> Reward | None:
+        self._check_graded("regrade")
+        return await self.env.regrade()
+
+    def _check_graded(self, what: str) -> None:
+        if not self._reset:
+            raise EpisodeOrderError(f"{what}() called before reset(): there is no episode to grade")
 
 
 class WrappedSpec(EnvSpec):
@@ -177,6 +185,10 @@ class WrappedSpec(EnvSpec):
     """
 
     def __init__(self, inner: EnvSpec, wrapper: type[Wrapper], **params: Any) -> None:
+        try:  # a misspelled parameter is refused here, not as an env_error in every episode
+            inspect.signature(wrapper).bind(None, **params)
+        except TypeError as e:
+            raise ConfigError(f"bad parameters for wrapper {wrapper.__name__}: {e}") from None
         self.inner, self.wrapper, self.params = inner, wrapper, params
         self._params_json = canonical_json(params, f"the parameters of {wrapper.__name__}")
         self.config = inner.config

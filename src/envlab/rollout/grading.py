@@ -51,12 +51,14 @@ async def _graded_once(
         if dl.expired(me) is None:
             raise
         me.uncancel()
-        raise GraderFailed(f"the grader took longer than grade_timeout={grade_timeout}s") from None
+        raise GraderFailed(
+            f"the grader took longer than grade_timeout_s={grade_timeout}s"
+        ) from None
     except Exception:
         if dl.expired(me) is not None:
             me.uncancel()
             raise GraderFailed(
-                f"the grader took longer than grade_timeout={grade_timeout}s"
+                f"the grader took longer than grade_timeout_s={grade_timeout}s"
             ) from None
         raise
     finally:
