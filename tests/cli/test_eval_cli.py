@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +54,69 @@ def test_envs_lists_json() -> None:
     r = envlab("envs", "--json")
     names = {row["name"] for row in json.loads(r.stdout)}
     assert {"arith", "calc"} <= names
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_no_server_at_the_url_exits_nonzero_with_the_reason(tmp_path: Path) -> None:
+    port = _free_port()  # closed again: nothing listens there
+    r = envlab("eval", "calc", "--agent", f"openai:m@http://127.0.0.1:{port}/v1", "--tasks", "2",
+               "--out", str(tmp_path / "r"))  # fmt: skip
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "nothing was scored" in r.stderr and "infra_error (2)" in r.stdout
+    assert f"127.0.0.1:{port}" in r.stdout  # the first error, under the table
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["n_scored"] == 0
+
+
+def test_table_rows_carry_their_intervals_counts_and_components(tmp_path: Path) -> None:
+    r = envlab("eval", "calc", "--agent", "oracle", "--tasks", "5", "--samples", "2",
+               "--out", str(tmp_path / "r"))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip()
+            for line in r.stdout.splitlines() if line.count("│") == 3}  # fmt: skip
+    assert re.fullmatch(r"1\.000 \(95% CI 0\.\d{3}-1\.000\)", rows["mean reward"]), rows
+    assert rows["pass@2"].startswith("1.000 (95% CI ")
+    assert rows["episodes (ok, scored)"] == "10 (10 ok, 10 scored)"
+    assert rows["component correct (mean)"] == "1.000"
+    assert f"envlab report {tmp_path / 'r'}" in r.stdout
+
+
+def test_user_limits_go_over_the_environments(tmp_path: Path) -> None:
+    r = envlab("eval", "calc", "--agent", "oracle", "--tasks", "3", "--max-steps", "1",
+               "--out", str(tmp_path / "r"), "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["status_counts"]["truncated"] == 3  # the oracle needs more steps
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert "max_steps" in json.dumps(run["episode_config"])
+
+
+def test_version_and_flags_without_a_type() -> None:
+    from envlab import __version__
+
+    r = envlab("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"envlab {__version__}"
+    for command in (["eval"], ["vet"], ["task", "run"], ["task", "check"], ["compare"], ["gc"]):
+        text = envlab(*command, "--help").stdout
+        assert "--json" in text and "<bool>" not in text, (command, text)
+
+
+def test_help_loads_nothing_heavy() -> None:
+    code = ("import sys\nsys.argv = ['envlab', '--help']\nfrom envlab.cli.main import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "import json; print(json.dumps(sorted(sys.modules)))")  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=subprocess_env(), timeout=120, check=True)  # fmt: skip
+    modules = json.loads(r.stdout.splitlines()[-1])
+    heavy = ("scipy", "numpy", "rich", "pydantic", "asyncio", "envlab.rollout", "envlab.core")
+    assert [m for m in modules if m.split(".")[0] in heavy or m.startswith(heavy)] == []
+
+
+def test_a_missing_file_says_where_it_looked(tmp_path: Path) -> None:
+    argv = [*ENVLAB, "eval", "nothere.py:Env", "--agent", "oracle"]
+    r = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=subprocess_env(),
+                       timeout=120)  # fmt: skip
+    assert r.returncode == 2 and "nothere.py" in r.stderr and "Traceback" not in r.stderr

@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from envlab.cli.task import check
+from envlab.core import Trajectory
+from envlab.rollout import watch
 from tests.conftest import subprocess_env
 from tests.envs.taskfolder.conftest import EXAMPLES, make_task
 from tests.sandbox.conftest import requires_bwrap
@@ -45,3 +48,16 @@ def test_check_passes_a_good_task_and_fails_a_broken_one(tmp_path: Path) -> None
     assert bad.returncode == 1 and "FAIL" in bad.stdout and "noop sample 0" in bad.stdout
     missing = task_cli("check", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+async def test_check_runs_every_episode_through_the_one_driver() -> None:
+    seen: list[Trajectory] = []
+    with watch(seen.append):
+        [row] = await check(EXAMPLES / "hello-file", runs=2, noop_runs=1, concurrency=2)
+    assert row.ok, row.problems
+    assert sorted(t.agent.name for t in seen) == ["noop", "oracle", "oracle"]
+
+
+def test_check_refuses_a_sandbox_it_does_not_know() -> None:
+    r = task_cli("check", str(EXAMPLES / "hello-file"), "--sandbox", "docker")
+    assert r.returncode == 2 and "--sandbox must be one of bwrap, local" in r.stderr

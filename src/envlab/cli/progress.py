@@ -31,8 +31,9 @@ class RunProgress:
     """Episodes done, the pass rate over scored episodes, and a count of every non-ok status.
 
     A ``RunObserver``: ``started(total, existing)`` once (a resumed run's earlier episodes
-    count), ``finished(record)`` per episode. Use it as a context manager around the run; with
-    ``enabled=False`` it only counts.
+    count), ``finished(record)`` per episode. Use it as a context manager around the run: the
+    bar appears when the episodes start (not while an environment loads) and goes at the end;
+    with ``enabled=False`` it only counts.
     """
 
     def __init__(
@@ -61,6 +62,7 @@ class RunProgress:
             refresh_per_second=4,
         )
         self._task = self._progress.add_task(description, total=None, stats="")
+        self._live = False
 
     # --- RunObserver --------------------------------------------------------------------------
     def started(self, total: int, existing: list[EpisodeRecord]) -> None:
@@ -68,6 +70,7 @@ class RunProgress:
             self._count(rec)
         self._progress.update(self._task, total=total, completed=len(existing))
         self._show()
+        self._begin()
 
     def finished(self, record: EpisodeRecord) -> None:
         self._count(record)
@@ -79,6 +82,7 @@ class RunProgress:
         task = next(t for t in self._progress.tasks if t.id == self._task)
         total = task.total or 0
         self._progress.update(self._task, total=total + n)
+        self._begin()
 
     def trajectory(self, planned: PlannedEpisode, traj: Trajectory) -> None:
         """``run_episodes(..., on_trajectory=progress.trajectory)``."""
@@ -107,8 +111,12 @@ class RunProgress:
         if self.enabled:
             self._progress.update(self._task, stats=self.stats())
 
+    def _begin(self) -> None:
+        if not self._live:
+            self._live = True
+            self._progress.start()
+
     def __enter__(self) -> RunProgress:
-        self._progress.start()
         return self
 
     def __exit__(
@@ -117,7 +125,8 @@ class RunProgress:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._progress.stop()
+        if self._live:
+            self._progress.stop()
 
 
 class VetProgress:

@@ -53,10 +53,11 @@ def _reward(x: float | None) -> str:
     return "-" if x is None else f"{x:g}"
 
 
-def _bar(enabled: bool) -> RunProgress:
+def _bar(enabled: bool, pass_rate: bool = True) -> RunProgress:
+    """The progress bar (no pass rate for ``check``: its no-op runs are meant to fail)."""
     from envlab.cli.progress import RunProgress
 
-    return RunProgress(enabled=enabled)
+    return RunProgress(enabled=enabled, pass_threshold=1.0 if pass_rate else None)
 
 
 _SANDBOX = typer.Option("--sandbox", metavar="bwrap|local", help="Sandbox of the workspaces.")
@@ -158,7 +159,7 @@ def check_cmd(
         raise ConfigError("--runs, --noop-runs and --concurrency must be >= 1")
 
     async def run() -> list[CheckRow]:
-        with _bar(not as_json) as bar:
+        with _bar(not as_json, pass_rate=False) as bar:
             return await check(path, runs, noop_runs, concurrency, sandbox=sandbox, progress=bar)
 
     with warnings.catch_warnings():
