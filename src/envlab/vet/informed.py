@@ -20,6 +20,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from envlab.vet.leak import Hit
+from envlab.vet.plan import safe_name
 from envlab.vet.probes import APP, Probe, mentioned_paths
 from envlab.vet.tamper_inputs import CODE_SUFFIXES
 
@@ -184,7 +185,7 @@ def answer_link_probes(view: OracleView, instruction: str, tests_text: str) -> l
         make = f'mkdir -p "$(dirname {q})"; [ -e {q} ] || : > {q}\n' if placeholder else ""
         probes.append(
             Probe(
-                "answer_link_" + re.sub(r"[^\w.-]", "_", label),
+                "answer_link_" + safe_name(label),
                 f"make every output file a symlink to {dest}"
                 + (" (an empty placeholder until the tests fill it)" if placeholder else ""),
                 make + f'for f in {outs}; do mkdir -p "$(dirname "$f")"; rm -rf -- "$f"; '
