@@ -40,7 +40,9 @@ def serve_model_cmd(
     Agents reach it with --agent openai:NAME@http://HOST:PORT/v1. Responses carry the prompt and
     completion token ids and, with logprobs=true, per-token logprobs.
     """
-    from envlab.models.llamacpp import LlamaCppEngine
+    from envlab.models.llamacpp import LlamaCppEngine, require_local
+
+    require_local("envlab serve-model")  # before loading anything: say how to install the extra
     from envlab.models.server import serve
     from envlab.models.weights import SMOLLM2_MODEL_ID, smollm2_path
 

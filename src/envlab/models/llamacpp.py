@@ -8,10 +8,14 @@ completion with the prompt and completion token ids and the logprob of every gen
 (the log-softmax of the model's logits, before temperature and top-p: what vLLM reports by
 default). ``active`` is the generation in progress and ``recent`` the last ones, each with why
 it ended: what tests and diagnostics read instead of timing.
+
+llama-cpp-python (built from source: a C/C++ compiler and cmake) and the server's FastAPI and
+uvicorn are the optional extra ``envlab[local]``; ``require_local`` says how to install it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -42,6 +46,29 @@ from envlab.models.wire import (
 )
 
 DEFAULT_MAX_TOKENS = 512
+
+LOCAL_MODULES = ("llama_cpp", "jinja2", "fastapi", "uvicorn")
+"""What the extra ``envlab[local]`` installs (import names)."""
+LOCAL_INSTALL_HINT = (
+    "CMAKE_ARGS='-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF' pip install 'envlab[local]' "
+    "(builds llama-cpp-python from source: needs a C/C++ compiler and cmake)"
+)
+
+
+def local_extra_error(what: str, missing: str) -> ConfigError:
+    """The error for ``what`` (e.g. ``envlab serve-model``) run without ``envlab[local]``."""
+    return ConfigError(
+        f"{what} needs the optional extra envlab[local], which is not installed ({missing}); "
+        f"install it with: {LOCAL_INSTALL_HINT}. Remote models need no extra: "
+        "--agent openai:MODEL@URL"
+    )
+
+
+def require_local(what: str) -> None:
+    """Raise ``ConfigError`` now if ``envlab[local]`` is missing (finds modules, imports none)."""
+    missing = [m for m in LOCAL_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise local_extra_error(what, "missing: " + ", ".join(missing))
 
 
 @dataclass(slots=True)
@@ -76,10 +103,7 @@ class LlamaCppEngine:
         try:
             from llama_cpp import Llama
         except ImportError as e:
-            raise ConfigError(
-                f"the local model engine needs llama-cpp-python ({e}). Install it with: "
-                "CMAKE_ARGS='-DGGML_NATIVE=OFF' pip install 'llama-cpp-python==0.3.36'"
-            ) from e
+            raise local_extra_error("the local model engine", f"llama-cpp-python: {e}") from e
         self.path = Path(path)
         if not self.path.is_file():
             raise ConfigError(f"model file {self.path} does not exist; give the path to a .gguf")

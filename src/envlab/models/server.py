@@ -8,7 +8,8 @@ Requests take turns at the engine (``Turnstile``, first come first served); the 
 is not the agent's time (``core.clock.not_agent_time("model queue")``): an in-process agent's
 step and episode limits stop while it queues behind other episodes.
 
-FastAPI is imported here, so import this module only to serve. The in-process agent
+FastAPI is imported here, so import this module only to serve; without the extra
+``envlab[local]`` importing it raises ``ConfigError`` saying how to install it. The in-process agent
 (``--agent smollm2``) talks to the same app through ``httpx.ASGITransport``
 with the same client as for a remote server, so local and remote models share one code path.
 """
@@ -24,11 +25,16 @@ import weakref
 from typing import Any, Protocol
 
 import anyio.to_thread
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 
 from envlab.core import ConfigError, not_agent_time
+from envlab.models.llamacpp import local_extra_error
+
+try:
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+except ImportError as _e:  # the extra envlab[local] is not installed
+    raise local_extra_error("serving a model (envlab.models.server)", f"fastapi: {_e}") from _e
 from envlab.models.turns import Turn, Turnstile
 from envlab.models.wire import (
     ChatRequest,
@@ -150,6 +156,14 @@ def create_app(engine: ChatEngine, *, served_name: str) -> FastAPI:
     return app
 
 
+def _uvicorn() -> Any:
+    try:
+        import uvicorn
+    except ImportError as e:
+        raise local_extra_error("serving a model over HTTP", f"uvicorn: {e}") from e
+    return uvicorn
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -163,8 +177,7 @@ class BackgroundServer:
     """
 
     def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int | None = None) -> None:
-        import uvicorn
-
+        uvicorn = _uvicorn()
         self.host, self.port = host, port or free_port(host)
         config = uvicorn.Config(app, host=host, port=self.port, log_level="warning", lifespan="off")
         self._server = uvicorn.Server(config)
@@ -197,6 +210,5 @@ class BackgroundServer:
 
 def serve(engine: ChatEngine, *, served_name: str, host: str, port: int) -> None:
     """Serve until interrupted (blocking)."""
-    import uvicorn
-
+    uvicorn = _uvicorn()
     uvicorn.run(create_app(engine, served_name=served_name), host=host, port=port)
