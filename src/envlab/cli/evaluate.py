@@ -112,9 +112,9 @@ async def evaluate(
     ``must_pass: true``; the summary reports them apart from the mean (``gate``). ``agent`` is
     the caller's to close (``await agent.aclose()``).
     """
-    from envlab.measure.runs import SUMMARY_FILE
     from envlab.measure.summary import summarize
     from envlab.rollout import rollout, watch
+    from envlab.runs import SUMMARY_FILE
 
     details = EpisodeDetails()
     with watch(details.add):
@@ -150,7 +150,8 @@ def _this_run(seen: EpisodeDetails, result: RolloutResult) -> EpisodeDetails:
         from envlab.runs import TRAJECTORIES_FILE, TrajectoryStore
 
         earlier = EpisodeDetails()
-        for traj in TrajectoryStore(result.run_dir / TRAJECTORIES_FILE).load():
+        store = TrajectoryStore(result.run_dir / TRAJECTORIES_FILE)
+        for traj in store.iter(messages=False):  # one at a time, no blobs read
             if traj.episode_id in ids and traj.episode_id not in seen.episodes:
                 earlier.add(traj)
         seen = EpisodeDetails({**earlier.episodes, **seen.episodes})
