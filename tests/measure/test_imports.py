@@ -1,4 +1,4 @@
-"""``import envlab.measure`` loads neither the engine nor rich, and scipy only when needed."""
+"""``import envlab.measure`` loads neither the engine nor rich; numpy and scipy only when needed."""
 
 from __future__ import annotations
 
@@ -20,17 +20,15 @@ def _loaded(modules: list[str], *names: str) -> list[str]:
     return [m for m in modules if m in names or m.startswith(tuple(n + "." for n in names))]
 
 
-def test_measure_imports_no_engine_no_rich_no_scipy() -> None:
+def test_measure_imports_no_engine_no_rich_no_numpy_no_scipy() -> None:
     modules = _modules_after("import envlab.measure")
     assert "envlab.measure" in modules and "envlab.runs" in modules
-    assert _loaded(modules, "envlab.rollout", "rich", "scipy") == []
+    assert _loaded(modules, "envlab.rollout", "rich", "numpy", "scipy") == []
 
 
-def test_scipy_is_imported_by_the_functions_that_need_it() -> None:
-    modules = _modules_after(
-        "from envlab.measure import proportion_ci\nproportion_ci(3, 10, method='exact')"
-    )
-    assert "scipy.stats" in modules  # the laziness is real: the same process loads it on use
+def test_numpy_and_scipy_are_imported_by_the_functions_that_need_them() -> None:
+    modules = _modules_after("from envlab.measure import mean_ci\nmean_ci([0.0, 1.0, 1.0])")
+    assert "numpy" in modules and "scipy.stats" in modules  # loaded on use, in this process
 
 
 def test_envlab_help_imports_no_scipy() -> None:

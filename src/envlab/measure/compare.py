@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 from pydantic import BaseModel, Field
 
 from envlab.core import ConfigError
@@ -18,6 +18,9 @@ from envlab.measure.power import (
 )
 from envlab.measure.runs import Run, load_run
 from envlab.measure.summary import is_binary, is_pass
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class RunRef(BaseModel):
@@ -70,6 +73,8 @@ class Comparison(BaseModel):
 
 
 def _task_means(by_task: dict[str, list[float]], tasks: list[str]) -> np.ndarray:
+    import numpy as np
+
     return np.array([sum(by_task[t]) / len(by_task[t]) for t in tasks])
 
 
@@ -81,7 +86,7 @@ def _ref(run: Run, by_task: dict[str, list[float]], shared: list[str], means: np
         env_id=run.info.env_id,
         env_hash=run.info.env_hash,
         n_tasks=len({r.task_id for r in run.records}),
-        samples=float(np.mean([len(by_task[t]) for t in shared])),
+        samples=sum(len(by_task[t]) for t in shared) / len(shared),
         mean=float(means.mean()),
     )
 

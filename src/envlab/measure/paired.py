@@ -8,11 +8,14 @@ that of two independent means (Miller 2024, "paired differences").
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from envlab.measure.stats import critical_value
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class PairedDifference(BaseModel):
@@ -50,6 +53,7 @@ def paired_difference(
     When every difference is the same (e.g. an oracle against a no-op) the standard error is 0:
     the interval is that one value and the p-value is 0 (or 1 when the difference is 0).
     """
+    import numpy as np
     from scipy import stats
 
     xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)

@@ -22,8 +22,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 
 @dataclass(frozen=True, slots=True)
 class VarianceComponents:
@@ -117,6 +115,8 @@ def variance_components(groups: Mapping[str, Sequence[float]]) -> VarianceCompon
     has), ``between`` the variance of the task means less ``within / K`` (K the mean number of
     samples per task), floored at 0: the method-of-moments estimate of one-way ANOVA.
     """
+    import numpy as np
+
     values = [np.asarray(v, dtype=float) for v in groups.values() if len(v) > 0]
     if len(values) < 2:
         raise ValueError("need at least 2 tasks with a scored sample to estimate variances")
@@ -132,6 +132,8 @@ def paired_variance_components(
     a: Mapping[str, Sequence[float]], b: Mapping[str, Sequence[float]]
 ) -> VarianceComponents:
     """Variance components of the paired difference B - A over the tasks both runs scored."""
+    import numpy as np
+
     shared = [t for t in a if t in b and len(a[t]) > 0 and len(b[t]) > 0]
     if len(shared) < 2:
         raise ValueError("need at least 2 shared tasks to estimate variances")

@@ -7,11 +7,14 @@ several times its samples are correlated, and the standard error must be cluster
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Dist = Literal["t", "z"]
 
@@ -61,6 +64,8 @@ def critical_value(confidence: float, df: float | None = None) -> float:
 
 
 def _cluster_codes(clusters: Sequence[object] | None, n: int) -> tuple[np.ndarray, int]:
+    import numpy as np
+
     if clusters is None:
         return np.arange(n), n
     if len(clusters) != n:
@@ -86,6 +91,8 @@ def mean_ci(
     same number of values. ``dist="t"`` uses Student's t with G-1 degrees of freedom (the
     default; it tends to the normal as G grows), ``"z"`` the normal.
     """
+    import numpy as np
+
     _check_confidence(confidence)
     x = np.asarray(values, dtype=float)
     n = int(x.size)
@@ -131,6 +138,8 @@ def bootstrap_mean_ci(
     Deterministic in ``seed``. Makes no normality assumption; prefer it for few tasks with
     skewed rewards. ``se`` is the standard deviation of the resampled means.
     """
+    import numpy as np
+
     _check_confidence(confidence)
     if n_resamples < 100:
         raise ValueError(f"n_resamples must be >= 100 for a usable interval, got {n_resamples}")
@@ -189,7 +198,7 @@ def proportion_ci(
         z = critical_value(confidence)
         denom = 1 + z**2 / n
         center = (p + z**2 / (2 * n)) / denom
-        half = z * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / denom
+        half = z * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / denom
         low, high = max(0.0, center - half), min(1.0, center + half)
     elif method == "exact":
         low = (
@@ -206,7 +215,7 @@ def proportion_ci(
         raise ValueError(f"method must be 'wilson' or 'exact', got {method!r}")
     return Estimate(
         value=p,
-        se=float(np.sqrt(p * (1 - p) / n)),
+        se=math.sqrt(p * (1 - p) / n),
         low=float(low),
         high=float(high),
         confidence=confidence,
