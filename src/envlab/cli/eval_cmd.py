@@ -18,7 +18,7 @@ from envlab.cli.console import run_async
 
 if TYPE_CHECKING:
     from envlab.cli.evaluate import Evaluation
-    from envlab.core import EnvSpec, Limits
+    from envlab.core import AgentFactory, EnvSpec, Limits
 
 SANDBOXES = ("bwrap", "local")
 
@@ -64,7 +64,7 @@ def open_env(name: str, config: dict[str, Any], sandbox: str | None = None) -> E
     return spec
 
 
-def open_agent(name: str, config: dict[str, Any]):  # type: ignore[no-untyped-def]
+def open_agent(name: str, config: dict[str, Any]) -> AgentFactory:
     """The ``AgentFactory`` called ``name`` (see ``envlab agents``), or at ``module:attr``."""
     from envlab.agents import load_agent
 
@@ -162,7 +162,7 @@ def eval_cmd(
     ] = False,
 ) -> None:
     """Run AGENT on ENV: tasks x samples episodes into a run directory, then summarize."""
-    from envlab.cli.eval_table import print_evaluation, print_failures
+    from envlab.cli.eval_table import print_evaluation, print_failures, print_notes
     from envlab.cli.evaluate import evaluate
     from envlab.cli.progress import RunProgress
     from envlab.cli.run_dirs import default_out_dir
@@ -199,6 +199,7 @@ def eval_cmd(
         payload["first_errors"] = ev.details.first_errors
         typer.echo(json.dumps(payload, indent=2))
         print_failures(ev, to_stderr=True)
+        print_notes(ev)
     else:
         print_evaluation(ev, env)
     if ev.nothing_scored:

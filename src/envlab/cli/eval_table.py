@@ -101,9 +101,7 @@ def print_failures(ev: Evaluation, *, to_stderr: bool = False) -> None:
         )
 
 
-def print_evaluation(ev: Evaluation, env: str) -> None:
-    out().print(evaluation_table(ev, env))
-    print_failures(ev)
+def print_notes(ev: Evaluation) -> None:
     for note in ev.result.notes:
         err().print(f"[yellow]note:[/] {escape(note)}")
     if ev.result.info.agent.privileged:
@@ -111,6 +109,12 @@ def print_evaluation(ev: Evaluation, env: str) -> None:
             "[yellow]note:[/] a privileged agent read hidden answers: this checks the "
             "environment, not an agent's skill."
         )
+
+
+def print_evaluation(ev: Evaluation, env: str) -> None:
+    out().print(evaluation_table(ev, env))
+    print_failures(ev)
+    print_notes(ev)
     if not ev.nothing_scored:
         run = escape(str(ev.result.run_dir))
         out().print(
