@@ -35,6 +35,7 @@ import httpx
 from pydantic import ValidationError
 
 from envlab.core import EnvlabError, InfraError, credit_not_agent_time, not_agent_time
+from envlab.models.http import KeepAliveTransport
 from envlab.models.wire import ChatResponse, WireToolCall
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
@@ -161,12 +162,15 @@ def new_http_client(
     episode of a run (its connections are pooled and kept alive).
 
     A plain ``http://`` endpoint gets no TLS set-up: no CA bundle is loaded (that costs tens of
-    milliseconds of CPU); ``https://`` keeps full certificate verification. ``max_connections``
-    caps the pool (``None``: one connection per request in flight, kept for the next). The
-    client is bound to the event loop that first uses it.
+    milliseconds of CPU); ``https://`` keeps full certificate verification. Connections are
+    kept alive on a free list (``models.http.KeepAliveTransport``); ``max_connections`` caps
+    them (``None``: one per request in flight, kept for the next). The client is bound to the
+    event loop that first uses it.
     """
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     secure = httpx.URL(normalize_base_url(base_url)).scheme == "https"
+    if transport is None:
+        transport = KeepAliveTransport(verify=secure, max_connections=max_connections)
     return httpx.AsyncClient(
         transport=transport,
         headers=headers,
