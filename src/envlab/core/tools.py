@@ -94,9 +94,27 @@ class ToolSpec:
         return f"{self.name}({', '.join(parts)})"
 
     def example(self) -> str:
-        samples = {"integer": 1, "number": 1.5, "string": "text", "boolean": True, "array": []}
-        props = self.parameters.get("properties", {})
-        return json.dumps({k: samples.get(v.get("type", "")) for k, v in props.items()})
+        return json.dumps(example_arguments(self.parameters))
+
+
+_SAMPLES: dict[str, Any] = {
+    "integer": 2,
+    "number": 2,
+    "string": "text",
+    "boolean": True,
+    "array": [],
+    "object": {},
+}
+
+
+def example_arguments(parameters: dict[str, Any]) -> dict[str, Any]:
+    """Placeholder arguments for a JSON schema's properties (the first enum value, or a sample
+    of the type), to show an agent the shape of a call."""
+    props = parameters.get("properties", {})
+    return {
+        k: (v["enum"][0] if v.get("enum") else _SAMPLES.get(v.get("type", ""), "value"))
+        for k, v in props.items()
+    }
 
 
 def tool_spec(fn: Callable[..., Any], name: str | None = None) -> ToolSpec:

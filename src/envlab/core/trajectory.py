@@ -109,6 +109,10 @@ class EpisodeError:
         """The first line of the message."""
         return (self.message.strip().splitlines() or [""])[0]
 
+    def describe(self) -> str:
+        """``kind in phase: headline``, the one-line form every table and report shows."""
+        return f"{self.kind} in {self.phase}: {self.headline()}"
+
 
 def _legacy_error(value: Any) -> Any:
     """Runs written before errors were structured stored a string."""

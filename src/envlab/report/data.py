@@ -131,18 +131,13 @@ def step_starts(steps: Sequence[StepRecord], n_messages: int) -> list[int]:
     return starts[::-1]
 
 
-def error_line(e: EpisodeError) -> str:
-    """``kind in phase: headline``, how every envlab error is shown in one line."""
-    return f"{e.kind} in {e.phase}: {e.headline()}"
-
-
 def error_detail(e: EpisodeError | None, max_chars: int) -> dict[str, str] | None:
     if e is None:
         return None
     return {
         "kind": e.kind,
         "phase": e.phase,
-        "line": _clip(error_line(e), max_chars),
+        "line": _clip(e.describe(), max_chars),
         "message": _clip(e.message, max_chars),
     }
 
@@ -152,7 +147,7 @@ def first_errors(trajectories: Sequence[Trajectory], max_chars: int) -> dict[str
     first: dict[str, str] = {}
     for t in trajectories:
         if t.error is not None and t.status is not Status.OK:
-            first.setdefault(t.status.value, _clip(error_line(t.error), max_chars))
+            first.setdefault(t.status.value, _clip(t.error.describe(), max_chars))
         if t.grader_failed:
             headline = (t.grader_failed.strip().splitlines() or [""])[0]
             first.setdefault("grader_failed", _clip(headline, max_chars))
