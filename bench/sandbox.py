@@ -246,9 +246,8 @@ async def verify_by_copy(ws: Path, copier: Callable[[Path, Path], object]) -> in
     try:
         await asyncio.to_thread(copier, ws, dest)
         written = allocated(dest)
-        box = BubblewrapSandbox(app_dir=dest, limits=Limits())
+        box = await BubblewrapSandbox.create(app_dir=dest, limits=Limits())
         try:
-            await asyncio.to_thread(box.prepare)
             await exec_true(box)
         finally:
             await box.close()
@@ -258,9 +257,10 @@ async def verify_by_copy(ws: Path, copier: Callable[[Path, Path], object]) -> in
 
 
 async def verify_by_overlay(ws: Path) -> int:
-    box = BubblewrapSandbox(app_dir=ws, app_overlay=True, limits=Limits(storage_bytes=1 << 30))
+    box = await BubblewrapSandbox.create(
+        app_dir=ws, app_overlay=True, limits=Limits(storage_bytes=1 << 30)
+    )
     try:
-        await asyncio.to_thread(box.prepare)
         await exec_true(box)
         return allocated(box.storage.root) if box.storage else 0
     finally:

@@ -1,21 +1,26 @@
 """Sandboxes: a fresh isolated workspace per episode, commands run in it under limits.
 
-    async with await create_sandbox(template=Path("ws")) as box:
+    box = await backend("bwrap").create(template=Path("ws"))
+    async with box:
         result = await box.exec("ls -la", timeout=10)
 
-Backends: ``bwrap`` (bubblewrap, the default on Linux) and ``local`` (no isolation, debugging
-only, warns loudly). docs/sandbox.md describes the isolation, the limits (``storage_bytes``: a
-filesystem per sandbox), the seccomp filter, the verifier's overlay and ``envlab gc``.
+Backends, by name (``backend(name)``): ``bwrap`` (bubblewrap, the default on Linux) and
+``local`` (no isolation, for running commands of your own; warns loudly). Every backend has
+the same ``create`` and ``exec``. docs/sandbox.md describes the isolation, the limits
+(``storage_bytes``: a filesystem per sandbox), the seccomp filter, the verifier's overlay and
+``envlab gc``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from envlab.core.errors import ConfigError
 from envlab.sandbox.base import (
+    APP,
     Command,
+    ExecRequest,
     ExecResult,
     Mount,
     Sandbox,
@@ -28,25 +33,36 @@ from envlab.sandbox.local import LocalSandbox
 from envlab.sandbox.owner import scratch_dir
 from envlab.sandbox.workspace import copy_tree, scrub_tree
 
+BackendName = Literal["bwrap", "local"]
 BACKENDS: dict[str, type[Sandbox]] = {"bwrap": BubblewrapSandbox, "local": LocalSandbox}
 
 
+def backend(name: str) -> type[Sandbox]:
+    """The sandbox class of the backend ``name`` (``bwrap`` or ``local``); make a sandbox with
+    ``await backend(name).create(template, ...)``."""
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown sandbox backend {name!r}; choose one of: {', '.join(BACKENDS)}"
+        ) from None
+
+
 async def create_sandbox(
-    backend: str = "bwrap", *, template: Path | None = None, **kwargs: Any
+    name: str = "bwrap", *, template: Path | None = None, **options: Any
 ) -> Sandbox:
-    """A new sandbox of ``backend`` whose workspace starts as a copy of ``template``."""
-    if backend == "bwrap":
-        return await BubblewrapSandbox.create(template, **kwargs)
-    if backend == "local":
-        kwargs = {k: v for k, v in kwargs.items() if k not in ("network", "mounts")}
-        return await LocalSandbox.create(template, **kwargs)
-    raise ConfigError(f"unknown sandbox backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    """A new sandbox of the backend ``name`` whose workspace starts as a copy of ``template``
+    (``options``: those of ``Sandbox.create``)."""
+    return await backend(name).create(template, **options)
 
 
 __all__ = [
+    "APP",
     "BACKENDS",
+    "BackendName",
     "BubblewrapSandbox",
     "Command",
+    "ExecRequest",
     "ExecResult",
     "GiB",
     "Limits",
@@ -56,6 +72,7 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "SandboxFileError",
+    "backend",
     "copy_tree",
     "create_sandbox",
     "scratch_dir",

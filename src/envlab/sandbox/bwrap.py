@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from envlab.core.errors import ConfigError
-from envlab.sandbox.base import Command, ExecResult, Mount, Sandbox, SandboxError
-from envlab.sandbox.bwrap_args import APP, mount_args, static_args
+from envlab.sandbox.base import APP, ExecRequest, Mount, Sandbox, SandboxError
+from envlab.sandbox.bwrap_args import mount_args, static_args
 from envlab.sandbox.gate import StartGate, pidns, seccomp_fd
-from envlab.sandbox.gc import sweep_once, swept
+from envlab.sandbox.gc import sweep_once
 from envlab.sandbox.layout import bwrap_binary, host_layout
 from envlab.sandbox.limits import Cgroup, GiB, Limits
 from envlab.sandbox.owner import Owner, current_owner
@@ -63,9 +63,13 @@ class BubblewrapSandbox(Sandbox):
     lower layer is ``app_dir`` and whose writes go to the sandbox's own bounded storage (the
     verifier grades the agent's frozen workspace so, without copying it). ``seccomp=False``
     drops the system-call filter (sandbox/seccomp.py), for measuring it.
+
+    The constructor and ``prepare`` block (files, a filesystem, a cgroup): ``create`` runs both
+    in a worker thread, never on the event loop.
     """
 
     backend: ClassVar[str] = "bwrap"
+    isolated: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -94,12 +98,11 @@ class BubblewrapSandbox(Sandbox):
         self.keep = keep
         self.seccomp = seccomp
         self.name = f"{name}-{uuid.uuid4().hex[:10]}"
-        self.closed = False
-        self._frozen = False
         self._dirty = False  # an exec was killed: sweep its uid before letting the uid go
         self._running: set[int] = set()
         self._state = state_dir()
         self._layout = host_layout(self._state)
+        self.shell = self._layout.bash
         self._rootless = os.geteuid() != 0
         sweep_once()
         owner = current_owner()
@@ -142,26 +145,43 @@ class BubblewrapSandbox(Sandbox):
         self._cgroup = Cgroup.create(f"{owner.id}.{self.name}", self.limits)
 
     @classmethod
-    async def create(cls, template: Path | None = None, **kwargs: Any) -> BubblewrapSandbox:
-        """A sandbox whose workspace starts as a copy of ``template`` (a host directory);
-        ``kwargs`` are those of the constructor."""
-        limits = kwargs.get("limits")
-        bounded = kwargs.get("app_overlay") or (limits is not None and limits.storage_bytes)
-        # making a filesystem (or the first clean-up of a process) is not for the event loop
-        slow = bounded or not swept()
-        box = await asyncio.to_thread(lambda: cls(**kwargs)) if slow else cls(**kwargs)
+    async def create(
+        cls,
+        template: Path | None = None,
+        *,
+        limits: Limits | None = None,
+        network: bool = False,
+        env: Mapping[str, str] | None = None,
+        mounts: Sequence[Mount] = (),
+        workdir: str = APP,
+        name: str = "sbx",
+        keep: bool = False,
+        app_dir: Path | None = None,
+        app_overlay: bool = False,
+        seccomp: bool = True,
+    ) -> BubblewrapSandbox:
+        """A sandbox whose workspace starts as a copy of ``template`` (a host directory), or
+        adopts ``app_dir`` (see the class); made and prepared in a worker thread."""
+        options: dict[str, Any] = dict(
+            limits=limits, network=network, env=env, mounts=mounts, workdir=workdir, name=name,
+            keep=keep, app_dir=app_dir, app_overlay=app_overlay, seccomp=seccomp,
+        )  # fmt: skip
+        return await asyncio.to_thread(cls._build, template, options)
+
+    @classmethod
+    def _build(cls, template: Path | None, options: dict[str, Any]) -> BubblewrapSandbox:
+        box = cls(**options)
         try:
-            if template is None and not box._mounts and not box._overlay:  # two chowns
-                box.prepare()
-            else:
-                await asyncio.to_thread(box.prepare, template)
+            box.prepare(template)
         except BaseException:
-            await box.close()
+            box._ended = "closed"
+            box._dispose()
             raise
         return box
 
     def prepare(self, template: Path | None = None) -> None:
         """Copy ``template`` into the workspace and hand the writable paths to the sandbox uid.
+        Blocking: ``create`` calls it in a worker thread.
 
         With ``app_overlay``, ``app_dir`` (the overlay's lower layer) is given to the sandbox
         uid in place, so that its commands may change what they see: only the owner changes,
@@ -245,65 +265,13 @@ class BubblewrapSandbox(Sandbox):
         return StartGate(release_fd, limits, self._cgroup)
 
     # --- running -----------------------------------------------------------------------------
-    async def exec(
-        self,
-        cmd: Command,
-        *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        stdin: bytes | str | None = None,
-        mounts: Sequence[Mount] = (),
-        max_output: int | None = None,
-    ) -> ExecResult:
-        argv = [self._layout.bash, "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        data = stdin.encode() if isinstance(stdin, str) else stdin
-        _, res = await self._run(argv, timeout, env, cwd, data, mounts, max_output, text=True)
-        return res
-
-    async def exec_bytes(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout: float | None = None,
-        stdin: bytes | None = None,
-        max_output: int | None = None,
-        cwd: str | None = None,
-    ) -> tuple[bytes, ExecResult]:
-        return await self._run(list(argv), timeout, None, cwd, stdin, (), max_output, text=False)
-
-    async def _run(
-        self,
-        argv: list[str],
-        timeout: float | None,
-        env: Mapping[str, str] | None,
-        cwd: str | None,
-        stdin: bytes | None,
-        mounts: Sequence[Mount],
-        max_output: int | None,
-        *,
-        text: bool,
-    ) -> tuple[bytes, ExecResult]:
+    async def _run(self, request: ExecRequest) -> RawResult:
         # an overlay's upper layer takes one mount at a time
         async with self._one_at_a_time or contextlib.nullcontext():
-            return await self._run_one(argv, timeout, env, cwd, stdin, mounts, max_output, text)
+            return await self._run_one(request)
 
-    async def _run_one(
-        self,
-        argv: list[str],
-        timeout: float | None,
-        env: Mapping[str, str] | None,
-        cwd: str | None,
-        stdin: bytes | None,
-        mounts: Sequence[Mount],
-        max_output: int | None,
-        text: bool,
-    ) -> tuple[bytes, ExecResult]:
-        if self.closed or self._frozen:
-            state = "closed" if self.closed else "frozen (its processes were killed for grading)"
-            raise SandboxError(f"sandbox {self.name} is {state}; no more commands can run in it")
-        full_env = {**self.env, **env} if env else self.env
-        where = self.resolve(cwd) if cwd else self.workdir
+    async def _run_one(self, req: ExecRequest) -> RawResult:
+        env = {**self.env, **req.env} if req.env else self.env
         status_r, status_w = os.pipe()
         block_r, block_w = os.pipe()
         gate = self._gate(block_w)
@@ -311,7 +279,7 @@ class BubblewrapSandbox(Sandbox):
         try:
             if self.seccomp:
                 passed.append(seccomp_fd())
-            full = self._argv(argv, full_env, where, mounts, status_w, block_r, *passed[2:])
+            full = self._argv(req.argv, env, req.cwd, req.mounts, status_w, block_r, *passed[2:])
         except BaseException:
             for fd in (status_r, block_w, *passed):
                 os.close(fd)
@@ -319,9 +287,9 @@ class BubblewrapSandbox(Sandbox):
         try:
             raw = await run_process(
                 full,
-                timeout=timeout if timeout is not None else self.limits.timeout_s,
-                output_limit=max_output or self.limits.output_bytes,
-                stdin=stdin,
+                timeout=req.timeout,
+                output_limit=req.output_limit,
+                stdin=req.stdin,
                 pass_fds=passed,
                 status_fd=status_r,
                 on_status=gate,
@@ -339,35 +307,28 @@ class BubblewrapSandbox(Sandbox):
         if raw.timed_out and not self._rootless:
             # the namespace is being torn down; wait until every process of the command is gone
             await asyncio.to_thread(kill_uid, self.uid, pidns=pidns(raw.status))
-        return self._result(raw, where, text)
+        return self._started(raw, req.cwd)
 
     @staticmethod
-    def _result(raw: RawResult, where: str, text: bool) -> tuple[bytes, ExecResult]:
+    def _started(raw: RawResult, where: str) -> RawResult:
+        """``raw``, once sure that bwrap started the command (else ``SandboxError``)."""
+        if raw.timed_out or b'"exit-code"' in raw.status:
+            return raw
+        # bwrap stopped before the command started: ours, unless the cwd was wrong
         stderr = raw.stderr.decode(errors="replace")
-        if not raw.timed_out and b'"exit-code"' not in raw.status:
-            # bwrap stopped before the command started: ours, unless the cwd was wrong
-            if "Can't chdir" in stderr:
-                msg = f"cannot change to directory {where}: no such directory in the sandbox\n"
-                return b"", ExecResult("", msg, 1, duration_s=raw.duration_s)
-            raise SandboxError(
-                f"bubblewrap could not start the command (exit {raw.returncode}): "
-                f"{stderr.strip()[-800:]}. Check that bwrap works on this host: "
-                f"run `{bwrap_binary()} --ro-bind / / true`."
-            )
-        result = ExecResult(
-            stdout=raw.stdout.decode(errors="replace") if text else "",
-            stderr=stderr,
-            exit_code=raw.returncode,
-            timed_out=raw.timed_out,
-            truncated=raw.truncated,
-            duration_s=raw.duration_s,
+        if "Can't chdir" in stderr:
+            msg = f"cannot change to directory {where}: no such directory in the sandbox\n"
+            return RawResult(b"", msg.encode(), 1, False, False, raw.duration_s)
+        raise SandboxError(
+            f"bubblewrap could not start the command (exit {raw.returncode}): "
+            f"{stderr.strip()[-800:]}. Check that bwrap works on this host: "
+            f"run `{bwrap_binary()} --ro-bind / / true`."
         )
-        return raw.stdout, result
 
     # --- ending ------------------------------------------------------------------------------
     async def kill_all(self) -> int:
         """Refuse new commands, kill every process of the sandbox, and check that none is left."""
-        self._frozen = True
+        self._ended = self._ended or "frozen (its processes were killed for grading)"
         n = 0
         for pid in list(self._running):
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -380,24 +341,26 @@ class BubblewrapSandbox(Sandbox):
             await asyncio.sleep(0.005)
         return n
 
-    def freeze(self) -> None:
-        self._frozen = True
-
     async def close(self) -> None:
         if self.closed:
             return
         if self._running or self._dirty or self._cgroup is not None:
             await self.kill_all()
-        self.closed = True
+        self._ended = "closed"
+        await asyncio.to_thread(self._dispose)
+
+    def _dispose(self) -> None:
+        """Remove the cgroup, give the uid back, delete the storage (blocking; once)."""
         if self._cgroup is not None:
             for _ in range(100):
                 if self._cgroup.remove():
                     break
-                await asyncio.sleep(0.01)
+                time.sleep(0.01)
             else:
                 log.warning("cgroup %s could not be removed", self._cgroup.path)
+            self._cgroup = None
         self._lease.release()
-        storage = self.storage
+        storage, self.storage = self.storage, None
         if storage is None:
             return
         if self.keep:
@@ -406,10 +369,4 @@ class BubblewrapSandbox(Sandbox):
             return
         # an adopted workspace (the verifier's view of the agent's) is outside the storage:
         # not ours to delete
-        # unmounting ext4 writes its metadata back: off the event loop, as a large rmtree
-        if storage.kind == "ext4" or (
-            storage.kind == "dir" and sum(len(os.listdir(p)) for p in storage.fs.iterdir()) >= 32
-        ):
-            await asyncio.to_thread(storage.remove)
-        else:
-            storage.remove()
+        storage.remove()

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from envlab.core.errors import ConfigError
-from envlab.sandbox.base import Mount
+from envlab.sandbox.base import APP, Mount
 from envlab.sandbox.layout import HostLayout, bwrap_binary
 from envlab.sandbox.limits import MiB
 
-APP = "/app"
 SHM_BYTES = 64 * MiB
 """``/dev/shm`` of one command (Docker's default size); its pages count as the sandbox's memory."""
 

@@ -1,13 +1,20 @@
 """The ``local`` backend: commands run on the host, in a temporary directory. NO isolation.
 
-For debugging a task on a machine without bubblewrap. The command sees the whole host (files,
-network, processes) and runs as you; only rlimits, the timeout and the output cap apply.
-Paths under ``/app`` are translated to the temporary directory for the file helpers and the
-working directory, not inside the command's own text.
+For running commands of your own through the sandbox API on a machine without bubblewrap (a
+task's setup by hand, a new backend's tests). A command sees the whole host (files, network,
+processes) and runs as you; only rlimits (``prlimit``), the timeout and the output cap apply.
+``network=False`` is not honoured (there is nothing to take the network away with) and mounts
+are refused (there is no mount namespace to show them in). The file helpers translate paths
+under ``/app`` to the temporary directory, and so does the working directory; the text of a
+command is run as it is, so a command that names ``/app`` does not find the workspace.
+
+Never for an agent whose score counts: an agent on the host can rewrite the tests that grade
+it. Task folders refuse this backend (``isolated = False``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -15,12 +22,12 @@ import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from envlab.sandbox.base import Command, ExecResult, Sandbox, SandboxError
-from envlab.sandbox.bwrap import APP
+from envlab.core.errors import ConfigError
+from envlab.sandbox.base import APP, ExecRequest, Mount, Sandbox
 from envlab.sandbox.limits import Limits, rlimit_prefix
-from envlab.sandbox.process import run_process
+from envlab.sandbox.process import RawResult, run_process
 from envlab.sandbox.workspace import copy_tree
 
 log = logging.getLogger(__name__)
@@ -35,6 +42,7 @@ class LocalSandbox(Sandbox):
     """A temporary directory standing in for ``/app``; each command a plain subprocess."""
 
     backend: ClassVar[str] = "local"
+    isolated: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -47,10 +55,12 @@ class LocalSandbox(Sandbox):
     ) -> None:
         warnings.warn(WARNING, RuntimeWarning, stacklevel=2)
         log.warning(WARNING)
+        if not (workdir == APP or workdir.startswith(APP + "/")):
+            raise ConfigError(f"workdir must be {APP} or below it, got {workdir!r}")
         self.limits = limits or Limits()
         self.workdir = workdir
+        self.shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
         self.keep = keep
-        self.closed = False
         self._running: set[int] = set()
         self._root = Path(tempfile.mkdtemp(prefix=f"envlab-{name}-"))
         self._app = self._root / "app"
@@ -64,83 +74,57 @@ class LocalSandbox(Sandbox):
         }
 
     @classmethod
-    async def create(cls, template: Path | None = None, **kwargs: Any) -> LocalSandbox:
-        box = cls(**kwargs)
+    async def create(
+        cls,
+        template: Path | None = None,
+        *,
+        limits: Limits | None = None,
+        network: bool = False,
+        env: Mapping[str, str] | None = None,
+        mounts: Sequence[Mount] = (),
+        workdir: str = APP,
+        name: str = "local",
+        keep: bool = False,
+    ) -> LocalSandbox:
+        """A temporary workspace, a copy of ``template``; ``network`` is the host's whatever it
+        says (see the module), ``mounts`` are refused."""
+        _refuse_mounts(mounts)
+        box = await asyncio.to_thread(
+            lambda: cls(limits=limits, env=env, workdir=workdir, name=name, keep=keep)
+        )
         if template is not None:
-            copy_tree(Path(template), box._app)
+            try:
+                await asyncio.to_thread(copy_tree, Path(template), box._app)
+            except BaseException:
+                await box.close()
+                raise
         return box
 
     @property
     def host_workdir(self) -> Path:
         return self._app
 
-    def host_path(self, path: str) -> str:
+    def command_path(self, path: str) -> str:
         """The host path of an in-sandbox path: ``/app/...`` maps to the temporary directory."""
         p = PurePosixPath(self.resolve(path))
         if p == PurePosixPath(APP) or PurePosixPath(APP) in p.parents:
             return str(self._app / p.relative_to(APP))
         return str(p)
 
-    async def exec(
-        self,
-        cmd: Command,
-        *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        stdin: bytes | str | None = None,
-        max_output: int | None = None,
-    ) -> ExecResult:
-        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        data = stdin.encode() if isinstance(stdin, str) else stdin
-        _, res = await self._run(argv, timeout, env, cwd, data, max_output, text=True)
-        return res
-
-    async def exec_bytes(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout: float | None = None,
-        stdin: bytes | None = None,
-        max_output: int | None = None,
-        cwd: str | None = None,
-    ) -> tuple[bytes, ExecResult]:
-        # the generic file helpers name in-sandbox paths: translate the ones under /app
-        args = [self.host_path(a) if a.startswith(APP) else a for a in argv]
-        return await self._run(args, timeout, None, cwd, stdin, max_output, text=False)
-
-    async def _run(
-        self,
-        argv: list[str],
-        timeout: float | None,
-        env: Mapping[str, str] | None,
-        cwd: str | None,
-        stdin: bytes | None,
-        max_output: int | None,
-        *,
-        text: bool,
-    ) -> tuple[bytes, ExecResult]:
-        if self.closed:
-            raise SandboxError("this local sandbox is closed; create a new one")
-        raw = await run_process(
-            [*rlimit_prefix(self.limits, nproc=False), *argv],
-            timeout=timeout if timeout is not None else self.limits.timeout_s,
-            output_limit=max_output or self.limits.output_bytes,
-            env={**self.env, **(env or {})},
-            cwd=self.host_path(cwd or self.workdir),
-            stdin=stdin,
+    async def _run(self, request: ExecRequest) -> RawResult:
+        _refuse_mounts(request.mounts)
+        return await run_process(
+            [*rlimit_prefix(self.limits, nproc=False), *request.argv],
+            timeout=request.timeout,
+            output_limit=request.output_limit,
+            env={**self.env, **request.env},
+            cwd=self.command_path(request.cwd),
+            stdin=request.stdin,
             running=self._running,
-        )
-        return raw.stdout, ExecResult(
-            stdout=raw.stdout.decode(errors="replace") if text else "",
-            stderr=raw.stderr.decode(errors="replace"),
-            exit_code=raw.returncode,
-            timed_out=raw.timed_out,
-            truncated=raw.truncated,
-            duration_s=raw.duration_s,
         )
 
     async def kill_all(self) -> int:
+        self._ended = self._ended or "stopped (its processes were killed)"
         n = 0
         for pid in list(self._running):
             try:
@@ -154,6 +138,15 @@ class LocalSandbox(Sandbox):
         if self.closed:
             return
         await self.kill_all()
-        self.closed = True
+        self._ended = "closed"
         if not self.keep:
-            shutil.rmtree(self._root, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, self._root, True)
+
+
+def _refuse_mounts(mounts: Sequence[Mount]) -> None:
+    if mounts:
+        m = mounts[0]
+        raise ConfigError(
+            f"the local backend cannot show {m.source} at {m.target}: it has no mount "
+            "namespace (commands run on the host as they are); use the bwrap backend"
+        )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import os
 import stat
 import tempfile
@@ -9,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from envlab.agents.scripted import NoopAgent, OracleAgent
-from envlab.core import Agent, Trajectory
+from envlab.core import Agent, AgentClass, AgentFactory, EnvSpec, Trajectory
 from envlab.envs.taskfolder import TerminalEnv
-from envlab.rollout import EpisodeConfig, run_episode
+from envlab.rollout import EpisodeConfig, PlannedEpisode, episode_ids, run_episode
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "tasks"
 
@@ -59,25 +60,28 @@ def make_task(
     return task
 
 
+def factory(agent: Agent | AgentFactory | str) -> AgentFactory:
+    """``oracle``, ``noop``, a factory as it is, or an agent not yet started (each attempt
+    gets a fresh copy of it)."""
+    if isinstance(agent, AgentFactory):
+        return agent
+    if isinstance(agent, str):
+        return AgentClass({"oracle": OracleAgent, "noop": NoopAgent}[agent])
+    return AgentClass(copy.copy, agent)
+
+
 async def episode(
-    path: Path,
-    agent: Agent | str,
+    path: Path | None,
+    agent: Agent | AgentFactory | str,
     *,
     config: EpisodeConfig | None = None,
     task_id: str | None = None,
+    spec: EnvSpec | None = None,
 ) -> Trajectory:
-    """One real episode on the task folder at ``path``."""
-    if isinstance(agent, str):
-        agent = {"oracle": OracleAgent(), "noop": NoopAgent()}[agent]
-    env = TerminalEnv(path)
-    task = env.tasks().by_id(task_id) if task_id else env.tasks()[0]
-    return await run_episode(
-        env,
-        agent,
-        task,
-        0,
-        env_id="test",
-        env_hash=env.content_hash(),
-        agent_spec=agent.spec,
-        config=config or EpisodeConfig(step_timeout=None, max_retries=0),
+    """One real episode, through the engine, on the task folder at ``path`` (or of ``spec``)."""
+    spec = spec or TerminalEnv(path)
+    task = spec.tasks().by_id(task_id) if task_id else spec.tasks()[0]
+    planned = PlannedEpisode(
+        task, 0, episode_ids(spec.name, spec.content_hash(), task.id, 0, 0), factory(agent)
     )
+    return await run_episode(spec, planned, config=config or EpisodeConfig(max_retries=0))

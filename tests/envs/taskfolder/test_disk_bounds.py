@@ -13,9 +13,9 @@ from typing import Any
 from envlab.agents.shell import ShellScriptAgent
 from envlab.core import Environment, Reward, Status
 from envlab.envs.taskfolder import TerminalEnv
-from envlab.rollout import EpisodeConfig, EpisodeHooks, run_episode
+from envlab.rollout import EpisodeConfig, EpisodeHooks, PlannedEpisode, episode_ids, run_episode
 from envlab.sandbox.workspace import state_dir
-from tests.envs.taskfolder.conftest import make_task, write
+from tests.envs.taskfolder.conftest import factory, make_task, write
 from tests.sandbox.conftest import requires_bwrap
 
 LIMIT_MB = 32
@@ -52,13 +52,13 @@ async def test_a_workspace_cannot_outgrow_storage_mb_nor_cost_the_host_more(
         seen["free"] = free_bytes()  # the workspace (and the sparse file) still exists here
         return {}
 
-    env = TerminalEnv(path)
-    agent = ShellScriptAgent(agent_sh)
-    traj = await run_episode(
-        env, agent, env.tasks()[0], 0, env_id="t", env_hash=env.content_hash(),
-        agent_spec=agent.spec, config=EpisodeConfig(step_timeout=None),
-        hooks=EpisodeHooks(after_grade=after_grade),
+    spec = TerminalEnv(path)
+    task = spec.tasks()[0]
+    planned = PlannedEpisode(
+        task, 0, episode_ids(spec.name, spec.content_hash(), task.id, 0, 0),
+        factory(ShellScriptAgent(agent_sh)), hooks=EpisodeHooks(after_grade=after_grade),
     )  # fmt: skip
+    traj = await run_episode(spec, planned, config=EpisodeConfig())
     assert traj.status is Status.OK and traj.reward == 0.0, (traj.error, traj.grader_failed)
     shown = "\n".join(str(m.get("content", "")) for m in traj.messages)
     used = re.findall(r"^(\d+)\s+\.$", shown, re.MULTILINE)

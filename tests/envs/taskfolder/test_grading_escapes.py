@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from envlab.agents.shell import ShellScriptAgent
-from envlab.core import Status
+from envlab.core import Limits, Status
 from envlab.rollout import EpisodeConfig
 from tests.envs.taskfolder.conftest import EXAMPLES, episode, make_task, write
 from tests.sandbox.conftest import requires_bwrap
@@ -150,7 +150,7 @@ async def test_background_writers_of_a_timed_out_agent_are_dead_too(tmp_path: Pa
     path = make_task(tmp_path, test_sh=FROZEN_TEST)
     script = tmp_path / "bg.sh"
     write(script, BACKGROUND + "sleep 600\n")
-    cfg = EpisodeConfig(step_timeout=None, episode_timeout=1.5, max_retries=0)
+    cfg = EpisodeConfig(overrides=Limits.overrides(episode_timeout_s=1.5), max_retries=0)
     traj = await episode(path, ShellScriptAgent(script), config=cfg)
     assert traj.status is Status.TIMEOUT and traj.reward == 1.0
 

@@ -16,11 +16,10 @@ from typing import ClassVar
 
 import pytest
 
-from envlab.agents.scripted import NoopAgent
 from envlab.core import Reward, Status, Trajectory
-from envlab.envs.taskfolder import TerminalEnv
-from envlab.rollout import EpisodeConfig, run_episode
-from envlab.rollout.store import TrajectoryStore
+from envlab.envs.taskfolder import TerminalEnv, TerminalEpisode
+from envlab.rollout import EpisodeConfig
+from envlab.runs import TrajectoryStore
 from tests.conftest import subprocess_env
 from tests.envs.taskfolder.conftest import episode, make_task
 from tests.sandbox.conftest import requires_bwrap
@@ -102,33 +101,27 @@ async def test_a_reward_outside_the_declared_range_is_grader_failed(tmp_path: Pa
     assert_grader_failed(traj, "11 in [0, 10]")
 
 
-class CountingTerminalEnv(TerminalEnv):
-    """The real ``TerminalEnv``, counting how often the verifier ran on the frozen state."""
+class CountingEpisode(TerminalEpisode):
+    """The real ``TerminalEpisode``, counting how often the verifier ran on the frozen state."""
 
     runs: ClassVar[list[str]] = []
 
     async def regrade(self) -> Reward:
-        CountingTerminalEnv.runs.append("regrade")
+        CountingEpisode.runs.append("regrade")
         return await super().regrade()
 
 
+class CountingTerminalEnv(TerminalEnv):
+    environment = CountingEpisode
+
+
 async def test_a_failed_grade_is_run_once_more_then_scored_zero(tmp_path: Path) -> None:
-    CountingTerminalEnv.runs.clear()
-    env = CountingTerminalEnv(forged_task(tmp_path, "twice", "reward.txt", "5\n"))
-    agent = NoopAgent()
-    traj = await run_episode(
-        env,
-        agent,
-        env.tasks()[0],
-        0,
-        env_id="test",
-        env_hash=env.content_hash(),
-        agent_spec=agent.spec,
-        config=EpisodeConfig(step_timeout=None, max_retries=2),
-    )
+    CountingEpisode.runs.clear()
+    spec = CountingTerminalEnv(forged_task(tmp_path, "twice", "reward.txt", "5\n"))
+    traj = await episode(None, "noop", spec=spec, config=EpisodeConfig(max_retries=2))
     assert_grader_failed(traj, "5")
     assert traj.attempts == 1, "an invalid grade is regraded, never retried as infra"
-    assert CountingTerminalEnv.runs.count("regrade") == 1, CountingTerminalEnv.runs
+    assert CountingEpisode.runs.count("regrade") == 1, CountingEpisode.runs
 
 
 def envlab(*args: str) -> subprocess.CompletedProcess[str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from envlab.agents.shell import ShellScriptAgent
-from envlab.core import Action, Status, ToolCall
+from envlab.core import Action, Limits, Status, ToolCall
 from envlab.envs.taskfolder import TerminalEnv
 from envlab.rollout import EpisodeConfig
 from tests.envs.taskfolder.conftest import EXAMPLES, episode, make_task, write
@@ -17,8 +17,9 @@ pytestmark = requires_bwrap
 
 
 async def test_tools_work_in_the_workspace(tmp_path: Path) -> None:
-    env = TerminalEnv(make_task(tmp_path, files={"in.txt": "data\n"}))
-    task = env.tasks()[0]
+    spec = TerminalEnv(make_task(tmp_path, files={"in.txt": "data\n"}))
+    task = spec.tasks()[0]
+    env = spec.new_episode()
     try:
         obs = await env.reset(task, seed=0)
         assert obs.text == task.prompt
@@ -68,9 +69,10 @@ async def test_the_solution_is_never_visible_to_a_normal_agent(tmp_path: Path) -
     assert "FOUND" not in tool_text and "No such file" in tool_text and "done" in tool_text
     assert traj.reward == 0.0
     # calling the oracle's private tool without its token is just an unknown tool
-    env = TerminalEnv(path)
+    spec = TerminalEnv(path)
+    env = spec.new_episode()
     try:
-        await env.reset(env.tasks()[0])
+        await env.reset(spec.tasks()[0])
         res = await env.step(Action(tool_calls=[ToolCall("run_solution", {"token": "guess"})]))
         assert res.observation.tool_results[0].is_error
         assert "unknown tool" in res.observation.tool_results[0].content
@@ -85,7 +87,7 @@ async def test_an_agent_timeout_still_grades_what_it_left(tmp_path: Path) -> Non
     traj = await episode(
         EXAMPLES / "hello-file",
         ShellScriptAgent(script),
-        config=EpisodeConfig(step_timeout=None, episode_timeout=2, max_retries=0),
+        config=EpisodeConfig(overrides=Limits.overrides(episode_timeout_s=2), max_retries=0),
     )
     assert traj.status is Status.TIMEOUT
     assert traj.reward == 1.0, "the work done before the timeout is graded"
@@ -114,9 +116,10 @@ async def test_regrade_sees_the_same_frozen_workspace(tmp_path: Path) -> None:
         echo $r > /logs/verifier/reward.txt
         """,
     )
-    env = TerminalEnv(path)
+    spec = TerminalEnv(path)
+    env = spec.new_episode()
     try:
-        await env.reset(env.tasks()[0])
+        await env.reset(spec.tasks()[0])
         call = ToolCall("run", {"command": "echo 42 > answer.txt; mkfifo trap.fifo"})
         await env.step(Action(tool_calls=[call, ToolCall("submit", {})]))
         first, again = await env.grade(), await env.regrade()

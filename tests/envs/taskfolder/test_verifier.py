@@ -141,7 +141,7 @@ async def test_verifier_failures_score_zero_with_the_reason(
     path = make_task(tmp_path, test_sh=test_sh)
     if toml:
         (path / "task.toml").write_text("[agent]\ntimeout_sec = 60\n" + toml)
-    traj = await episode(path, "noop", config=EpisodeConfig(step_timeout=None, max_retries=1))
+    traj = await episode(path, "noop", config=EpisodeConfig(max_retries=1))
     assert traj.status is Status.OK and traj.reward == 0.0
     assert traj.attempts == 1, "a failed grade is not an infra error: never retried away"
     assert why in (traj.grader_failed or ""), traj.grader_failed

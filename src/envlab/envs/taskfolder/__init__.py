@@ -1,8 +1,9 @@
-"""Task folders (the Harbor format) as environments: build, sandbox, tools, verifier."""
+"""Task folders (the Harbor format) as environments: ``TerminalEnv`` (the spec) makes a
+``TerminalEpisode`` per episode; build, sandbox, tools, verifier."""
 
 from envlab.envs.taskfolder.build import PreparedWorkspace, prepare_workspace
 from envlab.envs.taskfolder.dockerfile import BuildPlan, DockerfileError, parse_dockerfile
-from envlab.envs.taskfolder.env import TerminalEnv, load_task_env
+from envlab.envs.taskfolder.episode import TerminalEpisode
 from envlab.envs.taskfolder.model import (
     TaskConfig,
     TaskFolder,
@@ -11,6 +12,7 @@ from envlab.envs.taskfolder.model import (
     load_task_folder,
 )
 from envlab.envs.taskfolder.reward_file import read_reward_files
+from envlab.envs.taskfolder.spec import TerminalConfig, TerminalEnv, load_task_env
 from envlab.envs.taskfolder.verifier import judge, run_verifier
 
 __all__ = [
@@ -19,7 +21,9 @@ __all__ = [
     "PreparedWorkspace",
     "TaskConfig",
     "TaskFolder",
+    "TerminalConfig",
     "TerminalEnv",
+    "TerminalEpisode",
     "find_task_folders",
     "is_task_folder",
     "judge",

@@ -20,6 +20,7 @@ import tarfile
 import tempfile
 import time
 import warnings
+import weakref
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -36,10 +37,10 @@ from envlab.envs.taskfolder.model import TaskFolder
 from envlab.sandbox import BubblewrapSandbox, Limits, Sandbox
 from envlab.sandbox.workspace import chown_tree
 
-BUILDER_VERSION = "1"
+BUILDER_VERSION = "2"
 SETUP_SCRIPT = "setup.sh"
-_locks: dict[tuple[int, str], asyncio.Lock] = {}
-"""One build at a time per (event loop, build key)."""
+_locks: weakref.WeakValueDictionary[tuple[int, str], asyncio.Lock] = weakref.WeakValueDictionary()
+"""One build at a time per (event loop, build key); a lock lives while a build holds it."""
 
 
 class PreparedWorkspace(BaseModel):
@@ -52,6 +53,8 @@ class PreparedWorkspace(BaseModel):
     notes: list[str] = Field(default_factory=list)
     key: str
     build_s: float = 0.0
+    digest: str = ""
+    """``workspace_digest`` of the built workspace (what every episode's reset copies)."""
 
 
 def cache_root() -> Path:
@@ -91,51 +94,87 @@ def plan_for(task: TaskFolder) -> BuildPlan:
 
 
 async def prepare_workspace(task: TaskFolder) -> PreparedWorkspace:
-    """The task's built workspace, from the cache or built now (once, even when asked at once)."""
-    key = build_key(task)
-    dest = cache_root() / key
-    meta = dest / "build.json"
-    if meta.is_file():
-        return PreparedWorkspace.model_validate_json(meta.read_text())
+    """The task's built workspace, from the cache or built now (once, even when asked at once).
+    Every file operation runs in a worker thread, never on the event loop."""
+    key, prepared = await asyncio.to_thread(_cached, task)
+    if prepared is not None:
+        return prepared
     lock = _locks.setdefault((id(asyncio.get_running_loop()), key), asyncio.Lock())
     async with lock:
-        if meta.is_file():
-            return PreparedWorkspace.model_validate_json(meta.read_text())
-        plan = plan_for(task)
+        key, prepared = await asyncio.to_thread(_cached, task)
+        if prepared is not None:
+            return prepared
+        plan = await asyncio.to_thread(plan_for, task)
         for note in plan.notes:
             if "FROM" in note:
                 warnings.warn(f"task {task.name}: {note}", RuntimeWarning, stacklevel=2)
-        tmp = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=cache_root()))
+        tmp = await asyncio.to_thread(_build_dir, key)
         try:
             t0 = time.perf_counter()
             await _execute(task, plan, tmp / "app")
-            if os.geteuid() == 0:  # the build uid is released: the cache belongs to root
-                chown_tree(tmp / "app", 0, 0)
-            prepared = PreparedWorkspace(
-                app_dir=dest / "app",
-                workdir=plan.workdir,
-                env=plan.env,
-                base_image=plan.base_image,
-                notes=plan.notes,
-                key=key,
-                build_s=time.perf_counter() - t0,
-            )
-            (tmp / "build.json").write_text(prepared.model_dump_json(indent=2))
-            try:
-                tmp.rename(dest)
-            except OSError:  # built by another process meanwhile: use theirs
-                shutil.rmtree(tmp, ignore_errors=True)
+            return await asyncio.to_thread(_store, tmp, plan, key, t0)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, tmp, True)
             raise
-    return PreparedWorkspace.model_validate_json(meta.read_text())
+
+
+def _cached(task: TaskFolder) -> tuple[str, PreparedWorkspace | None]:
+    """The build key of ``task`` and its build, if the cache has it."""
+    key = build_key(task)
+    meta = cache_root() / key / "build.json"
+    return key, PreparedWorkspace.model_validate_json(meta.read_text()) if meta.is_file() else None
+
+
+def _build_dir(key: str) -> Path:
+    tmp = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=cache_root()))
+    (tmp / "app").mkdir()
+    return tmp
+
+
+def _store(tmp: Path, plan: BuildPlan, key: str, t0: float) -> PreparedWorkspace:
+    """Put the build made in ``tmp`` into the cache (or use one another process put there)."""
+    if os.geteuid() == 0:  # the build uid is released: the cache belongs to root
+        chown_tree(tmp / "app", 0, 0)
+    dest = cache_root() / key
+    prepared = PreparedWorkspace(
+        app_dir=dest / "app",
+        workdir=plan.workdir,
+        env=plan.env,
+        base_image=plan.base_image,
+        notes=plan.notes,
+        key=key,
+        build_s=time.perf_counter() - t0,
+        digest=workspace_digest(tmp / "app"),
+    )
+    (tmp / "build.json").write_text(prepared.model_dump_json(indent=2))
+    try:
+        tmp.rename(dest)
+    except OSError:  # built by another process meanwhile: use theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    return PreparedWorkspace.model_validate_json((dest / "build.json").read_text())
+
+
+def workspace_digest(root: Path, *, max_file_bytes: int = 16 << 20) -> str:
+    """sha256 over the relative paths, modes and contents of a tree (large files: their size)."""
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        st = path.lstat()
+        h.update(f"{rel}\0{st.st_mode:o}\0".encode())
+        if path.is_symlink():
+            h.update(os.readlink(path).encode())
+        elif path.is_file():
+            if st.st_size > max_file_bytes:
+                h.update(f"size:{st.st_size}".encode())
+            else:
+                h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 async def _execute(task: TaskFolder, plan: BuildPlan, app: Path) -> None:
     cfg = task.config.environment
-    app.mkdir()
     deadline = time.monotonic() + cfg.build_timeout_sec
-    box = BubblewrapSandbox(
+    box = await BubblewrapSandbox.create(
         app_dir=app,
         network=task.config.network_for("setup"),
         limits=Limits(memory_bytes=(cfg.memory_mb or 4096) << 20),
@@ -143,8 +182,7 @@ async def _execute(task: TaskFolder, plan: BuildPlan, app: Path) -> None:
         name=f"build-{task.name}",
     )
     try:
-        box.prepare()
-        ignore = _dockerignore(task.environment_dir)
+        ignore = await asyncio.to_thread(_dockerignore, task.environment_dir)
         for step in plan.steps:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -192,8 +230,18 @@ def _ignored(rel: str, patterns: list[str]) -> bool:
 
 
 async def _copy(box: Sandbox, task: TaskFolder, step: Copy, ignore: list[str]) -> None:
-    context = task.environment_dir.resolve()
     where = f"{_source(task)}:{step.line}" if step.line else _source(task)
+    archive, script, target = await asyncio.to_thread(_copy_archive, task, step, ignore, where)
+    _, res = await box.exec_bytes(["sh", "-c", script], stdin=archive, timeout=300)
+    if res.exit_code != 0:
+        raise DockerfileError(f"{where}: copying into {target} failed: {res.stderr[-800:]}")
+
+
+def _copy_archive(
+    task: TaskFolder, step: Copy, ignore: list[str], where: str
+) -> tuple[bytes, str, str]:
+    """The tar archive of a ``COPY``'s sources, the script that unpacks it, and its target."""
+    context = task.environment_dir.resolve()
     matched: list[Path] = []
     for pattern in step.sources:
         hits = sorted(context.glob(pattern)) if any(c in pattern for c in "*?[") else [
@@ -241,9 +289,7 @@ async def _copy(box: Sandbox, task: TaskFolder, step: Copy, ignore: list[str]) -
     if step.chmod is not None:
         quoted = " ".join(shlex.quote(n) for n in names)
         script += f" && chmod {step.chmod:o} -- {quoted}"
-    _, res = await box.exec_bytes(["sh", "-c", script], stdin=buf.getvalue(), timeout=300)
-    if res.exit_code != 0:
-        raise DockerfileError(f"{where}: copying into {target} failed: {res.stderr[-800:]}")
+    return buf.getvalue(), script, target
 
 
 def _append_archive(tar: tarfile.TarFile, archive: Path) -> None:

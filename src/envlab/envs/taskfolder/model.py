@@ -21,7 +21,7 @@ import os
 import shutil
 import tomllib
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -305,19 +305,22 @@ class TaskFolder:
         of them changed."""
         files = [f for part in parts for f in _files(self.path / part if part else self.path)]
         stamp = tuple((str(f), *_stat_key(f)) for f in files)
-        known = _hashes.get(stamp)
-        if known is not None:
-            return known
+        known = _hashes.get((self.path, parts))
+        if known is not None and known[0] == stamp:
+            return known[1]
         h = hashlib.sha256()
         for f in files:
             rel = f.relative_to(self.path).as_posix()
             h.update(f"{rel}\0{f.lstat().st_mode:o}\0".encode())
             h.update(os.readlink(f).encode() if f.is_symlink() else f.read_bytes())
-        _hashes[stamp] = digest = h.hexdigest()[:16]
+        digest = h.hexdigest()[:16]
+        _hashes[(self.path, parts)] = (stamp, digest)
         return digest
 
 
-_hashes: dict[tuple[tuple[object, ...], ...], str] = {}
+_hashes: dict[tuple[Path, tuple[str, ...]], tuple[tuple[tuple[object, ...], ...], str]] = {}
+"""The last hash of each (folder, parts) and the file stamps it was made from: one entry per
+folder and part list this process hashed."""
 
 
 def _stat_key(f: Path) -> tuple[int, int, int]:
@@ -351,7 +354,7 @@ def load_task_folder(path: str | Path) -> TaskFolder:
 _KEY_FILES = ("task.toml", "instruction.md")
 
 
-@cache
+@lru_cache(maxsize=4096)
 def _load(path: Path, _stamp: tuple[int, ...]) -> TaskFolder:
     if not path.is_dir():
         raise ConfigError(f"task folder {path} does not exist or is not a directory")

@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from envlab.core.errors import GraderFailed
-from envlab.core.rubric import Reward, finite_number
+from envlab.core.rubric import finite_number
 
 REWARD_FILES = ("reward.json", "rewards.json", "reward.txt")
 MAX_REWARD_BYTES = 64 << 10
-MAX_JSON_DEPTH = 4
 # ASCII digits only: ``float()`` also takes ``1_0`` (10), Arabic-Indic digits, ``inf``, ``nan``
 _DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 
@@ -115,8 +114,3 @@ def read_reward_files(logs: Path) -> tuple[float, dict[str, float]]:
         said = ", ".join(f"{k} = {v:g}" for k, v in totals.items())
         raise GraderFailed(f"the reward files disagree ({said}); a grade needs one total")
     return next(iter(totals.values())), components
-
-
-def reward_from_logs(logs: Path, details: dict[str, Any]) -> Reward:
-    total, components = read_reward_files(logs)
-    return Reward(total=total, components=components, details=details)

@@ -97,10 +97,11 @@ async def run_verifier(
     # no copy: /app is an overlay on the frozen workspace, the verifier's writes go to a
     # bounded layer of its own and vanish with it (grading again sees the same state)
     try:
+        kit_dir = await asyncio.to_thread(kit.kit_dir)
         box = await BubblewrapSandbox.create(
             app_dir=workspace,
             app_overlay=True,
-            mounts=[Mount(task.tests_dir, "/tests"), Mount(kit.kit_dir(), kit.MOUNT)],
+            mounts=[Mount(task.tests_dir, "/tests"), Mount(kit_dir, kit.MOUNT)],
             env=verifier_env(task, prepared),
             network=network,
             workdir=prepared.workdir,
