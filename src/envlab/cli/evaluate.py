@@ -74,7 +74,7 @@ def describe_error(traj: Trajectory) -> str:
     e = traj.error
     if e is None:
         return f"{traj.status.value} after {traj.n_steps} steps (no error recorded)"
-    return f"{e.kind} in {e.phase}: {e.headline()}"
+    return e.describe()
 
 
 @dataclass(slots=True)

@@ -55,8 +55,9 @@ class EpisodeRow(BaseModel):
         if self.grader_failed:
             return "grader failed: " + self.grader_failed.strip().splitlines()[0]
         if self.error:
-            lines = self.error["message"].strip().splitlines() or [""]
-            return f"{self.error['kind']} in {self.error['phase']}: {lines[0]}"
+            from envlab.core import EpisodeError
+
+            return EpisodeError(**self.error).describe()  # type: ignore[arg-type]
         tail = self.verifier_output_tail.strip().splitlines()
         code = self.verifier_exit_code
         return f"test.sh exit {code}" + (f": {tail[-1][:160]}" if tail else "")
