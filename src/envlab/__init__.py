@@ -1,10 +1,20 @@
 """envlab: build, vet, measure and train on environments for LLM agents."""
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("envlab")
-except PackageNotFoundError:  # running from a source tree without installation
-    __version__ = "0.0.0+unknown"
+from typing import Any
 
 __all__ = ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """``__version__`` is read from the installed metadata on first use (it costs an import of
+    ``importlib.metadata`` that ``envlab --help`` does not need)."""
+    if name != "__version__":
+        raise AttributeError(f"module 'envlab' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        value = version("envlab")
+    except PackageNotFoundError:  # running from a source tree without installation
+        value = "0.0.0+unknown"
+    globals()["__version__"] = value
+    return value

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from envlab.agents.model_agents import EmbeddedApp, openai, smollm2
-from envlab.core import Agent, Trajectory
+from envlab.core import AgentFactory, Limits, Trajectory
 from envlab.envs.calc import CalcEnv
 from envlab.models.client import OpenAICompatModel
 from envlab.models.llamacpp import LlamaCppEngine, shared_engine
@@ -32,8 +32,8 @@ from tests.conftest import subprocess_env
 SHORT = {"max_tokens": 64, "max_turns": 4, "temperature": 0.3, "max_time_s": 3600.0}
 """Short generations; no time limit that a slow, busy machine could reach (pytest's timeout
 guards a hang): these tests check what the model's replies do, not how fast they come."""
-UNTIMED = EpisodeConfig(step_timeout=None, episode_timeout=None)
-ADD_TOOL = CalcEnv().tools[0].to_openai()
+UNTIMED = EpisodeConfig(overrides=Limits(step_timeout_s=None, episode_timeout_s=None))
+ADD_TOOL = CalcEnv().new_episode().tools[0].to_openai()
 
 
 @pytest.fixture(scope="session")
@@ -48,18 +48,14 @@ def server(engine: LlamaCppEngine):
         yield srv
 
 
-async def run_calc(agent: Agent, out: Path, n: int = 3) -> list[Trajectory]:
+async def run_calc(agent: AgentFactory, out: Path, n: int = 3) -> list[Trajectory]:
     env = CalcEnv()
-    result = await rollout(
-        env,
-        agent,
-        env.tasks(n=n),
-        out_dir=out,
-        samples=1,
-        concurrency=2,
-        progress=False,
-        episode_config=UNTIMED,
-    )
+    try:
+        result = await rollout(
+            env, agent, env.tasks(n=n), out_dir=out, samples=1, concurrency=2, config=UNTIMED
+        )
+    finally:
+        await agent.aclose()
     assert result.new_episodes == n
     return TrajectoryStore(out / "trajectories.jsonl").load()
 
@@ -73,7 +69,7 @@ def check_episodes(trajs: list[Trajectory]) -> None:
         results = [m for m in t.messages if m["role"] == "tool"]
         assert calls and results, f"no tool call in {t.episode_id}: {t.messages}"
         assert results[0]["tool_call_id"] == calls[0]["tool_calls"][0]["id"]
-        assert t.steps[0].action_info["completion_ids"]
+        assert "completion_ids" not in t.steps[0].action_info, "token ids are stored once"
     executed = [
         m["content"]
         for t in trajs

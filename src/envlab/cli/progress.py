@@ -22,6 +22,7 @@ from rich.progress import (
 
 from envlab.cli.console import err
 from envlab.core import EpisodeRecord, Status, Trajectory
+from envlab.measure import is_pass
 
 if TYPE_CHECKING:
     from envlab.rollout import PlannedEpisode
@@ -93,7 +94,7 @@ class RunProgress:
         self.counts[rec.status] += 1
         if rec.scored and self.pass_threshold is not None:
             self.scored += 1
-            self.passed += rec.reward is not None and rec.reward >= self.pass_threshold - 1e-9
+            self.passed += is_pass(rec.reward, self.pass_threshold)
 
     def stats(self) -> str:
         """``pass 42.0% timeout=3 infra_error=1``: what the bar shows beside the count."""

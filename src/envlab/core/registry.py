@@ -104,13 +104,23 @@ def _import_module(module_name: str, path: str, kind: str) -> ModuleType:
 def _import_file(file: Path, path: str, kind: str) -> ModuleType:
     if not file.is_file():
         raise NotFoundError(f"no file {str(file)!r} for {kind} {path!r} (from {os.getcwd()})")
+    where = file.resolve()
     name = file.stem
     known = sys.modules.get(name)
-    if known is not None and Path(getattr(known, "__file__", "") or "").resolve() == file.resolve():
-        return known
-    spec = importlib.util.spec_from_file_location(name, file.resolve())
+    if known is not None:
+        if Path(getattr(known, "__file__", "") or "").resolve() == where:
+            return known
+        raise NotFoundError(
+            f"{str(file)!r} (for {kind} {path!r}) has the name of the module {name!r} that is "
+            f"already imported from {getattr(known, '__file__', None) or 'built-ins'}; rename "
+            "the file"
+        )
+    spec = importlib.util.spec_from_file_location(name, where)
     if spec is None or spec.loader is None:
         raise NotFoundError(f"cannot load {str(file)!r} as Python for {kind} {path!r}")
+    folder = str(where.parent)
+    if folder not in sys.path:  # the file may import its neighbours, as `python file.py` can
+        sys.path.append(folder)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # so that its classes' source can be found (content hashes)
     try:
