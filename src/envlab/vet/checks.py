@@ -113,7 +113,7 @@ def check_oracle(ev: TaskEvidence) -> CheckResult:
             f"the reference solution passed {passed}/{len(trajs)} fresh runs",
             rewards=rewards,
             statuses=statuses,
-            errors=[error_text(t) for t in trajs if t.error][:3],
+            errors=[t.error.describe() for t in trajs if t.error][:3],
         )
     return result("oracle", "pass", f"passed {passed}/{len(trajs)} fresh runs", rewards=rewards)
 
@@ -205,13 +205,6 @@ def honest_trajectories(ev: TaskEvidence) -> list[Trajectory]:
     strategies, the real agent): a grader failure there is the grader's, not a defence."""
     attacks = set(ev.probe_names("tamper")) | set(ev.probe_names("leak"))
     return [t for p, trajs in ev.by_probe.items() if p not in attacks for t in trajs]
-
-
-def error_text(t: Trajectory, limit: int = 500) -> str | None:
-    """``kind in phase: message`` of the episode's error, cut at ``limit`` characters."""
-    if t.error is None:
-        return None
-    return f"{t.error.kind} in {t.error.phase}: {t.error.message}"[:limit]
 
 
 def _grader_error(t: Trajectory) -> str | None:
