@@ -183,14 +183,15 @@ def arena_cmd(
     """Vet several environments and rank them: environments, not models."""
     from rich.table import Table
 
-    from envlab.cli.run_dirs import default_out_dir, safe_name
+    from envlab.cli.run_dirs import default_out_dir
+    from envlab.runs import safe_name
     from envlab.vet.arena import rank, write_html
 
     cfg = _config(samples, oracle_runs, group_size, concurrency, tasks)
     out_dir = out_dir or default_out_dir("arena")
     reports = []
     for i, name in enumerate(envs):
-        where = out_dir / f"{i:02d}-{safe_name(name)}"
+        where = out_dir / f"{i:02d}-{safe_name(name, 60)}"
         reports.append(run_async(_vet_one(name, agent, where, cfg, sandbox, not as_json)))
     ranking = rank(reports)
     page = write_html(ranking, reports, html or out_dir / "arena.html")

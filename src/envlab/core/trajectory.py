@@ -92,7 +92,7 @@ class StepRecord:
     env_s: float = 0.0
 
 
-ErrorKind = Literal["timeout", "agent", "env", "infra", "engine", "grader", "unknown"]
+ErrorKind = Literal["timeout", "agent", "env", "infra", "engine", "unknown"]
 
 
 @dataclass(slots=True, kw_only=True)

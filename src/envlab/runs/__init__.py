@@ -15,6 +15,7 @@ from envlab.runs.info import (
     TRAJECTORIES_FILE,
     RunInfo,
     load_run_info,
+    safe_name,
     write_run_info,
 )
 from envlab.runs.lock import LOCK_FILE, RunLock
@@ -33,5 +34,6 @@ __all__ = [
     "RunLock",
     "TrajectoryStore",
     "load_run_info",
+    "safe_name",
     "write_run_info",
 ]

@@ -83,3 +83,10 @@ def write_run_info(run_dir: str | Path, info: RunInfo) -> None:
             f"cannot write {path}: {what}. Free some space (or fix the directory), then run "
             "again (with --resume if it holds episodes)."
         ) from e
+
+
+def safe_name(name: str, max_chars: int | None = None) -> str:
+    """``name`` (a task id, an environment name such as ``examples/tasks/``) as one file name:
+    every character but letters, digits and ``-_.`` becomes ``_``; the last ``max_chars``."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name.rstrip("/"))
+    return safe if max_chars is None else safe[-max_chars:]

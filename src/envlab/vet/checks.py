@@ -213,11 +213,7 @@ def _grader_error(t: Trajectory) -> str | None:
     if t.grader_failed:
         return t.grader_failed
     e = t.error
-    if (
-        t.status is Status.INFRA_ERROR
-        and e is not None
-        and (e.kind == "grader" or e.phase == "grade")
-    ):
+    if t.status is Status.INFRA_ERROR and e is not None and e.phase == "grade":
         return e.message
     return None
 

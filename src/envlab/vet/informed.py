@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 
+from envlab.runs import safe_name
 from envlab.vet.leak import Hit
-from envlab.vet.plan import safe_name
 from envlab.vet.probes import APP, Probe, mentioned_paths
 from envlab.vet.tamper_inputs import CODE_SUFFIXES
 

@@ -26,6 +26,7 @@ from envlab.core import (
     ToolCall,
 )
 from envlab.envs.answers import answer_text
+from envlab.runs import safe_name
 from envlab.vet.hacks import deleted_workdir_probe, module_probes
 from envlab.vet.probes import (
     Probe,
@@ -145,11 +146,6 @@ def probe_agent(probe: Probe, task: Task, probe_dir: Path) -> AgentFactory:
 
 def probe_episodes(task: Task, probes: list[Probe], probe_dir: Path) -> list[Episode]:
     return [Episode(task, p.name, probe_agent(p, task, probe_dir)) for p in probes]
-
-
-def safe_name(name: str) -> str:
-    """``name`` as one file name: every character but letters, digits, ``-_.`` becomes ``_``."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
 def plan_task_folder(

@@ -28,14 +28,14 @@ from envlab.core import (
     Trajectory,
 )
 from envlab.rollout import EpisodeHooks, PlannedEpisode, episode_ids, run_episodes
-from envlab.runs import TRAJECTORIES_FILE, TrajectoryStore
+from envlab.runs import TRAJECTORIES_FILE, TrajectoryStore, safe_name
 from envlab.vet import checks as C
 from envlab.vet import exposure as X
 from envlab.vet import python_checks as P
 from envlab.vet.folders import folder_context, plan_informed, scan, task_folder
 from envlab.vet.hacks import has_python_targets
 from envlab.vet.model import CheckResult, EnvCheck, EnvVet, TaskVet
-from envlab.vet.plan import Episode, constant_agents, plan_python_env, plan_task_folder, safe_name
+from envlab.vet.plan import Episode, constant_agents, plan_python_env, plan_task_folder
 from envlab.vet.verdict import quality_score, task_verdict, verdict_counts
 
 VET_FILE = "vet.json"
