@@ -10,11 +10,11 @@ import pytest
 from envlab.agents import AGENTS, load_agent
 from envlab.agents.harness import HarnessLimits, HarnessSettings, ToolCallingHarness
 from envlab.agents.model_agents import openai, parse_target
-from envlab.core import ConfigError, Status, Task, Trajectory
+from envlab.core import Agent, AgentFactory, ConfigError, Status, Task, Trajectory
 from envlab.envs.calc import CalcEnv
 from envlab.models.client import OpenAICompatModel, RetryPolicy
-from envlab.rollout import EpisodeConfig, run_episode
 from tests.models.fake_openai import FakeOpenAI, completion, dropped, error
+from tests.support.play import play
 
 TASK = Task(
     id="t1",
@@ -32,12 +32,9 @@ def fake():
 
 def harness(fake: FakeOpenAI, **settings: Any) -> ToolCallingHarness:
     limits = settings.pop("limits", None)
-
-    def model() -> OpenAICompatModel:
-        return OpenAICompatModel(
-            "fake", fake.base_url, retry=RetryPolicy(max_retries=2, backoff_s=0.01)
-        )
-
+    model = OpenAICompatModel(
+        "fake", fake.base_url, retry=RetryPolicy(max_retries=2, backoff_s=0.01)
+    )
     return ToolCallingHarness(
         model,
         agent_name="fake",
@@ -48,17 +45,15 @@ def harness(fake: FakeOpenAI, **settings: Any) -> ToolCallingHarness:
     )
 
 
-async def episode(agent: ToolCallingHarness, **cfg: Any) -> Trajectory:
-    env = CalcEnv()
-    return await run_episode(
-        env,
+async def episode(agent: Agent | AgentFactory, max_retries: int = 0) -> Trajectory:
+    """One calc episode of ``TASK`` through the engine's driver (no time limits)."""
+    return await play(
+        CalcEnv(),
         agent,
         TASK,
-        0,
-        env_id="calc",
-        env_hash=env.content_hash(),
-        agent_spec=agent.spec,
-        config=EpisodeConfig(retry_backoff=0.0, **cfg),
+        max_retries=max_retries,
+        step_timeout_s=None,
+        episode_timeout_s=None,
     )
 
 
@@ -142,7 +137,7 @@ async def test_500s_until_retries_run_out_is_infra_error(fake: FakeOpenAI) -> No
     fake.push(*[error(500, "overloaded")] * 3 * 2)  # 3 tries per attempt, 2 attempts
     traj = await episode(harness(fake), max_retries=1)
     assert traj.status is Status.INFRA_ERROR and traj.reward is None and traj.attempts == 2
-    assert "HTTP 500: overloaded" in (traj.error or "")
+    assert traj.error is not None and "HTTP 500: overloaded" in traj.error.message
 
 
 async def test_429_and_dropped_connection_then_success(fake: FakeOpenAI) -> None:
@@ -160,7 +155,8 @@ async def test_429_and_dropped_connection_then_success(fake: FakeOpenAI) -> None
 async def test_refused_request_is_agent_error(fake: FakeOpenAI) -> None:
     fake.push(error(400, "context length exceeded"))
     traj = await episode(harness(fake))
-    assert traj.status is Status.AGENT_ERROR and "context length exceeded" in (traj.error or "")
+    assert traj.status is Status.AGENT_ERROR and traj.error is not None
+    assert "context length exceeded" in traj.error.message
 
 
 async def test_turn_limit_ends_the_episode(fake: FakeOpenAI) -> None:
@@ -212,7 +208,11 @@ async def test_token_view_accumulates_turns(fake: FakeOpenAI) -> None:
     assert tv.completion_ids == [10, 11, 4, 5, 12]
     assert tv.loss_mask == [1, 1, 0, 0, 1]
     assert tv.logprobs == pytest.approx([-0.1, -0.2, 0.0, 0.0, -0.3])
-    assert traj.steps[0].action_info["completion_ids"] == [10, 11]
+    assert tv.turn_starts == [3, 7]
+    assert tv.turn_prompt(0) == [1, 2, 3] and tv.turn_prompt(1) == [1, 2, 3, 10, 11, 4, 5]
+    # stored once: the steps carry no token ids or logprobs
+    assert all("completion_ids" not in s.action_info for s in traj.steps)
+    assert all("logprobs" not in s.action_info for s in traj.steps)
 
 
 async def test_token_view_dropped_when_prompt_is_re_rendered(fake: FakeOpenAI) -> None:
@@ -229,12 +229,16 @@ async def test_openai_agent_by_name_and_spec(fake: FakeOpenAI, monkeypatch) -> N
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.setitem(AGENTS._local, "openai", openai)  # the entry point, in code
     agent = load_agent(f"openai:fake@{fake.base_url}", temperature=0.5, max_turns=3)
+    assert isinstance(agent, AgentFactory)
     spec = agent.spec
     assert spec.name == "openai:fake" and spec.endpoint == fake.base_url
     assert spec.sampling["temperature"] == 0.5 and spec.limits["max_turns"] == 3
     assert spec.harness == "tool-calling/native" and spec.harness_version == "1"
     fake.push(completion("5"))
-    traj = await episode(agent)  # type: ignore[arg-type]
+    try:
+        traj = await episode(agent)
+    finally:
+        await agent.aclose()
     assert traj.reward == 0.8 and traj.agent == spec
     assert json.loads(traj.to_json())["agent"]["model_id"] == "fake"
 

@@ -332,9 +332,10 @@ class ToolCallingHarness(Agent):
     def _call_id(self, i: int) -> str:
         return f"call_{self._turn}_{i}"
 
-    def transcript(self) -> list[dict[str, Any]]:
-        """The messages exactly as the model received them, each reply as it was sent back."""
-        return [dict(m) for m in self._messages]
+    def transcript(self) -> list[dict[str, Any]] | None:
+        """The messages exactly as the model received them, each reply as it was sent back
+        (``None`` before ``start``: no conversation yet)."""
+        return [dict(m) for m in self._messages] if self._started else None
 
     def token_view(self) -> TokenView | None:
         return self._log.view()
