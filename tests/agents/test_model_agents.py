@@ -22,13 +22,14 @@ from typing import Any
 import httpx
 import pytest
 
+import envlab.agents.model_agents as model_agents
 from envlab.agents import AGENTS, load_agent
 from envlab.agents.harness import HarnessLimits, HarnessSettings
 from envlab.agents.model_agents import ModelAgentFactory, openai
 from envlab.agents.scripted import NoopAgent, RandomAgent
 from envlab.core import AgentClass, AgentFactory, ConfigError, EnvSpec, Limits, Status, Trajectory
 from envlab.envs.arith import ArithEnv
-from envlab.models.client import OpenAICompatModel, RetryPolicy, new_http_client
+from envlab.models.client import OpenAICompatModel, RetryPolicy
 from envlab.models.server import create_app
 from envlab.models.wire import (
     AssistantMessage,
@@ -94,7 +95,7 @@ class ScriptedEngine:
 def factory(
     make_client: Any, name: str = "scripted", max_time_s: float = 60.0, retries: int = 0
 ) -> ModelAgentFactory:
-    def model(client: httpx.AsyncClient | None) -> OpenAICompatModel:
+    def model(client: model_agents.ModelHTTP | None) -> OpenAICompatModel:
         return OpenAICompatModel(
             name,
             "http://in-process.envlab/v1",
@@ -114,8 +115,9 @@ def factory(
 
 
 def in_process(app: Any, max_time_s: float = 60.0) -> ModelAgentFactory:
-    def client() -> httpx.AsyncClient:
-        return new_http_client("http://in-process.envlab/v1", transport=httpx.ASGITransport(app))
+    def client() -> model_agents.ModelHTTP:
+        transport = httpx.ASGITransport(app)
+        return model_agents.ModelHTTP("http://in-process.envlab/v1", transport=transport)
 
     return factory(client, max_time_s=max_time_s)
 
@@ -159,18 +161,18 @@ async def run(
 
 
 class CountedClients:
-    """Every ``httpx.AsyncClient`` made while installed (a real client, counted)."""
+    """Every ``ModelHTTP`` client the agents make while installed (real clients, counted)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.made: list[httpx.AsyncClient] = []
-        made, base = self.made, httpx.AsyncClient
+        self.made: list[model_agents.ModelHTTP] = []
+        made, base = self.made, model_agents.ModelHTTP
 
         class Counted(base):  # type: ignore[misc, valid-type]
             def __init__(self, *args: Any, **kwargs: Any) -> None:
                 super().__init__(*args, **kwargs)
                 made.append(self)
 
-        monkeypatch.setattr(httpx, "AsyncClient", Counted)
+        monkeypatch.setattr(model_agents, "ModelHTTP", Counted)
 
 
 async def test_episodes_queued_on_the_in_process_model_do_not_time_out(
@@ -193,7 +195,7 @@ async def test_episodes_queued_on_the_in_process_model_do_not_time_out(
     assert all(t.timings.waited_s > 0.0 for t in trajs)
     assert engine.served == 1 + 6 * 2
     # six episodes, twelve requests, one client over the app; closed with the run
-    assert len(clients.made) == 1 and clients.made[0].is_closed
+    assert len(clients.made) == 1 and clients.made[0].closed
 
 
 async def test_a_slow_model_still_times_out_and_says_where(tmp_path: Path) -> None:
@@ -210,7 +212,7 @@ async def test_a_rate_limited_endpoint_backoff_is_not_the_agents_time(tmp_path: 
     """A 429 asks to come back after 3 step limits; the retry then answers at once."""
     with FakeOpenAI() as fake:
         fake.push(error(429, "slow down", {"Retry-After": str(HOLD)}), completion("ok"))
-        agents = factory(lambda: new_http_client(fake.base_url), name="fake", retries=2)
+        agents = factory(lambda: model_agents.ModelHTTP(fake.base_url), name="fake", retries=2)
         agents._make_model = _at(agents._make_model, fake.base_url)
         (t,) = await run(tmp_path / "run", agents, n=1, step_timeout_s=STEP)
     assert t.status is Status.OK and t.reward == 1.0, t.error
@@ -221,7 +223,7 @@ async def test_a_rate_limited_endpoint_backoff_is_not_the_agents_time(tmp_path: 
 def _at(make_model: Any, url: str) -> Any:
     """``make_model`` pointed at ``url`` instead of the in-process address."""
 
-    def model(client: httpx.AsyncClient | None) -> OpenAICompatModel:
+    def model(client: model_agents.ModelHTTP | None) -> OpenAICompatModel:
         m: OpenAICompatModel = make_model(client)
         m.base_url = url
         return m
@@ -254,7 +256,7 @@ async def test_a_run_of_many_episodes_against_one_endpoint_opens_one_client(
     assert [t.status for t in trajs] == [Status.OK] * 20, [t.error for t in trajs]
     assert [t.reward for t in trajs] == [1.0] * 20
     assert len(clients.made) == 1, "one pooled client per endpoint per run"
-    assert clients.made[0].is_closed, "the factory's aclose() closes it"
+    assert clients.made[0].closed, "the factory's aclose() closes it"
 
 
 def test_a_factory_used_by_two_event_loops_makes_a_client_in_each(
@@ -277,7 +279,7 @@ def test_a_factory_used_by_two_event_loops_makes_a_client_in_each(
         assert asyncio.run(episode(close=True)) == "ok"
         assert asyncio.run(episode(close=False)) == "ok"
         asyncio.run(agents.aclose())  # from a loop that is not the client's: dropped, no error
-    assert len(clients.made) == 3 and clients.made[1].is_closed
+    assert len(clients.made) == 3 and clients.made[1].closed
 
 
 async def test_the_spec_is_computed_once_and_agents_borrow_the_client() -> None:
@@ -288,7 +290,7 @@ async def test_the_spec_is_computed_once_and_agents_borrow_the_client() -> None:
         assert first.spec == agents.spec and agents.spec.sampling["temperature"] == 0.5
         assert agents.spec.limits["max_turns"] == 3 and agents.spec.endpoint == fake.base_url
         await first.close()
-        assert not agents.client().is_closed  # an episode's end leaves the run's client open
+        assert not agents.client().closed  # an episode's end leaves the run's client open
         await agents.aclose()
 
 

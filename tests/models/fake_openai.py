@@ -25,6 +25,8 @@ class Scripted:
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     drop: bool = False
+    close_after: bool = False
+    """Answer, then close the connection without saying so (as an idle keep-alive times out)."""
 
 
 def completion(
@@ -85,6 +87,8 @@ class FakeOpenAI:
         self.respond = respond
         self.requests: list[dict[str, Any]] = []
         self.connections: set[tuple[str, int]] = set()
+        self.closed_after = threading.Event()
+        """Set once a ``close_after`` answer's connection is shut."""
         self._lock = threading.Lock()
         fake = self
 
@@ -122,6 +126,11 @@ class FakeOpenAI:
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
                 self._send(item)
+                if item.close_after:
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    fake.closed_after.set()
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 import ssl
@@ -16,10 +17,10 @@ from envlab.models.client import (
     OpenAICompatModel,
     RetryPolicy,
     Sampling,
-    new_http_client,
     normalize_base_url,
     parse_retry_after,
 )
+from envlab.models.http import ModelHTTP
 from tests.models.fake_openai import FakeOpenAI, Scripted, completion, dropped, error
 
 FAST = RetryPolicy(max_retries=3, backoff_s=0.01, max_backoff_s=0.02)
@@ -206,15 +207,16 @@ def test_base_url_normalized() -> None:
 
 async def test_a_borrowed_client_is_shared_and_left_open(fake: FakeOpenAI) -> None:
     fake.push(completion("one"), completion("two"))
-    shared = new_http_client(fake.base_url)
+    shared = ModelHTTP(fake.base_url)
     async with shared:
         for text in ("one", "two"):
             model = OpenAICompatModel("m", fake.base_url, client=shared)
             assert model.borrows_client
             assert (await model.chat(MSGS)).text == text
             await model.aclose()
-            assert not shared.is_closed  # the next episode's model uses it too
-    assert len(fake.connections) == 1  # the second request reused the kept-alive connection
+            assert not shared.closed  # the next episode's model uses it too
+    # the second request reused the kept-alive connection
+    assert len(fake.connections) == 1 and shared.connections_opened == 1
     with pytest.raises(ValueError, match="client="):
         OpenAICompatModel("m", fake.base_url, client=shared, api_key="sk")
 
@@ -226,7 +228,7 @@ async def test_an_owned_client_is_closed_by_aclose(fake: FakeOpenAI) -> None:
     await model.chat(MSGS)
     client = model._http()
     await model.aclose()
-    assert client.is_closed
+    assert client.closed
 
 
 @contextlib.contextmanager
@@ -251,6 +253,37 @@ async def test_plain_http_sets_up_no_tls_and_https_keeps_verification(
         async with OpenAICompatModel("m", fake.base_url) as model:
             assert (await model.chat(MSGS)).text == "hi"
         assert loads == []  # no CA bundle read for a plain-http endpoint
-        secure = new_http_client("https://api.example.com/v1", api_key="sk")
+        secure = ModelHTTP("https://api.example.com/v1", api_key="sk")
         assert loads, "https verifies certificates: the CA bundle is loaded"
         await secure.aclose()
+
+
+async def test_a_connection_the_server_closed_while_idle_is_replaced(fake: FakeOpenAI) -> None:
+    closing = completion("first")
+    closing.close_after = True
+    fake.push(closing, completion("second"))
+    async with OpenAICompatModel("m", fake.base_url, retry=RetryPolicy(max_retries=0)) as model:
+        assert (await model.chat(MSGS)).text == "first"
+        assert await asyncio.to_thread(fake.closed_after.wait, 30)
+        reply = await model.chat(MSGS)  # not a failed try: a fresh connection
+    assert reply.text == "second" and reply.attempts == 1
+    assert len(fake.connections) == 2
+
+
+async def test_connection_close_from_the_server_is_honoured(fake: FakeOpenAI) -> None:
+    fake.push(Scripted(body=completion("a").body, headers={"Connection": "close"}), completion("b"))
+    async with OpenAICompatModel("m", fake.base_url, retry=RetryPolicy(max_retries=0)) as model:
+        assert [(await model.chat(MSGS)).text for _ in range(2)] == ["a", "b"]
+    assert len(fake.connections) == 2
+
+
+async def test_an_endpoint_behind_a_proxy_from_the_environment_goes_through_it(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", fake.base_url.removesuffix("/v1"))
+    fake.push(completion("via proxy"))
+    async with OpenAICompatModel("m", "http://model.invalid:8000/v1") as model:
+        assert (await model.chat(MSGS)).text == "via proxy"
+    assert fake.requests[0]["model"] == "m"

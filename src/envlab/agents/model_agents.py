@@ -1,11 +1,11 @@
 """Agents backed by a real model: ``smollm2`` (embedded, in-process) and ``openai:MODEL@URL``.
 
 Both return a ``ModelAgentFactory``: each episode's agent is a ``ToolCallingHarness`` over an
-``OpenAICompatModel`` that borrows the run's one pooled ``httpx.AsyncClient`` (kept-alive
-connections, TLS set up once or, for ``http://``, not at all); ``aclose()`` closes it when the
-run ends. ``smollm2`` sends its requests to the very app that ``envlab serve-model`` serves,
-through ``httpx.ASGITransport`` instead of a socket: the same client, the same routes, the
-same engine code as a remote endpoint.
+``OpenAICompatModel`` that borrows the run's one pooled HTTP client (``models.http.ModelHTTP``:
+kept-alive connections, TLS set up once or, for ``http://``, not at all); ``aclose()`` closes
+it when the run ends. ``smollm2`` sends its requests to the very app that ``envlab
+serve-model`` serves, through ``httpx.ASGITransport`` instead of a socket: the same client,
+the same routes, the same engine code as a remote endpoint.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from envlab.agents.harness import (
     DEFAULT_INSTRUCTIONS,
@@ -23,10 +23,8 @@ from envlab.agents.harness import (
     ToolCallingHarness,
 )
 from envlab.core import AgentFactory, AgentSpec, ConfigError, not_agent_time
-from envlab.models.client import OpenAICompatModel, RetryPolicy, Sampling, new_http_client
-
-if TYPE_CHECKING:
-    import httpx
+from envlab.models.client import OpenAICompatModel, RetryPolicy, Sampling
+from envlab.models.http import ModelHTTP
 
 SMOLLM2_NAME = "smollm2"
 IN_PROCESS_URL = "http://in-process.envlab/v1"
@@ -82,7 +80,7 @@ class EmbeddedApp:
 
 class ModelAgentFactory(AgentFactory):
     """The agents of one model endpoint for a run: one ``ToolCallingHarness`` per episode, all
-    over ONE pooled ``httpx.AsyncClient``.
+    over ONE pooled HTTP client (``ModelHTTP``).
 
     ``make_model(client)`` builds an episode's ``OpenAICompatModel`` over ``client`` (``None``
     only for the probe that fixes the spec, which sends nothing); ``make_client()`` builds the
@@ -92,8 +90,8 @@ class ModelAgentFactory(AgentFactory):
 
     def __init__(
         self,
-        make_model: Callable[[httpx.AsyncClient | None], OpenAICompatModel],
-        make_client: Callable[[], httpx.AsyncClient],
+        make_model: Callable[[ModelHTTP | None], OpenAICompatModel],
+        make_client: Callable[[], ModelHTTP],
         *,
         agent_name: str,
         model_id: str,
@@ -112,14 +110,14 @@ class ModelAgentFactory(AgentFactory):
             settings=settings,
         )
         self._spec = ToolCallingHarness(make_model(None), **self._harness).spec
-        self._client: httpx.AsyncClient | None = None
+        self._client: ModelHTTP | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def spec(self) -> AgentSpec:
         return self._spec
 
-    def client(self) -> httpx.AsyncClient:
+    def client(self) -> ModelHTTP:
         """The run's shared client, made on first use in the running event loop."""
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -170,7 +168,7 @@ def smollm2(
     sampling = Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
     retry = RetryPolicy(max_retries=1)
 
-    def model(client: httpx.AsyncClient | None) -> OpenAICompatModel:
+    def model(client: ModelHTTP | None) -> OpenAICompatModel:
         return OpenAICompatModel(
             SMOLLM2_NAME,
             IN_PROCESS_URL,
@@ -181,11 +179,11 @@ def smollm2(
             client=client,
         )
 
-    def client() -> httpx.AsyncClient:
+    def client() -> ModelHTTP:
         import httpx
 
         transport = httpx.ASGITransport(app=app)
-        return new_http_client(IN_PROCESS_URL, timeout_s=max_time_s, transport=transport)
+        return ModelHTTP(IN_PROCESS_URL, timeout_s=max_time_s, transport=transport)
 
     return ModelAgentFactory(
         model,
@@ -254,7 +252,7 @@ def openai(
     retry = RetryPolicy(max_retries=max_retries, backoff_s=backoff_s)
     api_key = os.environ.get(api_key_env) or None
 
-    def model(client: httpx.AsyncClient | None) -> OpenAICompatModel:
+    def model(client: ModelHTTP | None) -> OpenAICompatModel:
         return OpenAICompatModel(
             model_name,
             url,
@@ -266,17 +264,18 @@ def openai(
             client=client,
         )
 
-    def client() -> httpx.AsyncClient:
-        return new_http_client(
-            url, api_key=api_key, timeout_s=timeout_s, max_connections=max_connections
+    def client() -> ModelHTTP:
+        return ModelHTTP(
+            endpoint, api_key=api_key, timeout_s=timeout_s, max_connections=max_connections
         )
 
+    endpoint = model(None).base_url
     return ModelAgentFactory(
         model,
         client,
         agent_name=f"openai:{model_name}",
         model_id=model_name,
-        endpoint=model(None).base_url,
+        endpoint=endpoint,
         limits=_limits(max_turns, max_episode_tokens, max_time_s),
         settings=HarnessSettings(
             instructions=instructions,

@@ -1,5 +1,5 @@
 """``OpenAICompatModel``: any OpenAI-compatible chat endpoint (vLLM, SGLang, llama.cpp, hosted
-APIs, ``envlab serve-model``), async over httpx.
+APIs, ``envlab serve-model``), async, over one pooled ``models.http.ModelHTTP`` per endpoint.
 
 Failures are split by whose fault they are:
 
@@ -17,7 +17,7 @@ Time lost to the endpoint's failures is not the agent's (``core.clock``): the ba
 tries is ``not_agent_time``, and the time of a try that failed and is retried is credited back,
 so a rate-limited or flaky endpoint never runs an episode out of its step or episode limit.
 
-One ``httpx.AsyncClient`` (``new_http_client``) serves every episode of a run: a model given
+One pooled HTTP client (``models.http.ModelHTTP``) serves every episode of a run: a model given
 ``client=`` borrows it and never closes it; its owner (``agents.model_agents.ModelAgentFactory``)
 does, when the run ends.
 """
@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
+import json
 import random
 import time
 from dataclasses import dataclass, field
@@ -35,7 +37,7 @@ import httpx
 from pydantic import ValidationError
 
 from envlab.core import EnvlabError, InfraError, credit_not_agent_time, not_agent_time
-from envlab.models.http import KeepAliveTransport
+from envlab.models.http import ModelHTTP, Reply
 from envlab.models.wire import ChatResponse, WireToolCall
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
@@ -139,6 +141,7 @@ class ModelReply:
         )
 
 
+@functools.lru_cache(maxsize=256)
 def normalize_base_url(url: str) -> str:
     """``http://host:8000`` -> ``http://host:8000/v1``; a URL with a path is kept as it is."""
     url = url.rstrip("/")
@@ -149,46 +152,11 @@ def normalize_base_url(url: str) -> str:
     return url
 
 
-def new_http_client(
-    base_url: str,
-    *,
-    api_key: str | None = None,
-    timeout_s: float = 120.0,
-    connect_timeout_s: float = 10.0,
-    transport: httpx.AsyncBaseTransport | None = None,
-    max_connections: int | None = None,
-) -> httpx.AsyncClient:
-    """An ``httpx.AsyncClient`` for the endpoint at ``base_url``, made to be shared by every
-    episode of a run (its connections are pooled and kept alive).
-
-    A plain ``http://`` endpoint gets no TLS set-up: no CA bundle is loaded (that costs tens of
-    milliseconds of CPU); ``https://`` keeps full certificate verification. Connections are
-    kept alive on a free list (``models.http.KeepAliveTransport``); ``max_connections`` caps
-    them (``None``: one per request in flight, kept for the next). The client is bound to the
-    event loop that first uses it.
-    """
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    secure = httpx.URL(normalize_base_url(base_url)).scheme == "https"
-    if transport is None:
-        transport = KeepAliveTransport(verify=secure, max_connections=max_connections)
-    return httpx.AsyncClient(
-        transport=transport,
-        headers=headers,
-        timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-        limits=httpx.Limits(
-            max_connections=max_connections,
-            max_keepalive_connections=max_connections,
-            keepalive_expiry=30.0,
-        ),
-        verify=secure,
-    )
-
-
 class OpenAICompatModel:
     """A chat model behind ``{base_url}/chat/completions``.
 
-    With ``client`` (from ``new_http_client``) the model borrows that client: it carries the API
-    key and the transport, and ``aclose()`` leaves it open for the other episodes that share it.
+    With ``client`` (a ``ModelHTTP``) the model borrows that client: it carries the API key and
+    the transport, and ``aclose()`` leaves it open for the other episodes that share it.
     Without, the model makes its own on first use (``api_key``, ``transport``; e.g.
     ``httpx.ASGITransport(app)`` to call an app in this process) and ``aclose()`` closes it.
     """
@@ -206,13 +174,13 @@ class OpenAICompatModel:
         logprobs: bool = False,
         extra_body: dict[str, Any] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
-        client: httpx.AsyncClient | None = None,
+        client: ModelHTTP | None = None,
         seed: int | None = None,
     ) -> None:
         if client is not None and (api_key is not None or transport is not None):
             raise ValueError(
                 "give either client= (which carries the API key and transport: make it with "
-                "new_http_client(url, api_key=..., transport=...)) or api_key/transport, not both"
+                "ModelHTTP(url, api_key=..., transport=...)) or api_key/transport, not both"
             )
         self.model = model
         self.base_url = normalize_base_url(base_url)
@@ -238,9 +206,9 @@ class OpenAICompatModel:
         """True when the HTTP client was given (shared), not made (and closed) here."""
         return not self._owns_client
 
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self) -> ModelHTTP:
         if self._client is None:
-            self._client = new_http_client(
+            self._client = ModelHTTP(
                 self.base_url,
                 api_key=self.api_key,
                 timeout_s=self.timeout_s,
@@ -302,7 +270,9 @@ class OpenAICompatModel:
             parallel_tool_calls=parallel_tool_calls,
             **overrides,
         )
-        timeout = httpx.Timeout(timeout_s or self.timeout_s, connect=self.connect_timeout_s)
+        timeout = timeout_s or self.timeout_s
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        payload = data.encode()
         client = self._http()
         history: list[str] = []
         t0 = time.perf_counter()
@@ -312,9 +282,9 @@ class OpenAICompatModel:
             retry_after: float | None = None
             tried: float | None = time.perf_counter()
             try:
-                resp = await client.post(self.url, json=body, timeout=timeout)
+                resp = await client.request("POST", self.url, json_body=payload, timeout_s=timeout)
             except httpx.TimeoutException as e:
-                history.append(f"timed out ({type(e).__name__}, limit {timeout.read}s)")
+                history.append(f"timed out ({type(e).__name__}, limit {timeout}s)")
                 tried = None  # a model too slow to answer may be the agent's own slowness
             except httpx.TransportError as e:
                 history.append(f"{type(e).__name__}: {e or 'connection failed'}")
@@ -359,7 +329,7 @@ class OpenAICompatModel:
             async with not_agent_time(f"model retry backoff {delay:.3g}s after {history[-1][:80]}"):
                 await asyncio.sleep(delay)
 
-    def _parse(self, resp: httpx.Response, history: list[str]) -> ModelReply | None:
+    def _parse(self, resp: Reply, history: list[str]) -> ModelReply | None:
         try:
             parsed = ChatResponse.model_validate_json(resp.content)
         except ValidationError as e:
@@ -375,8 +345,9 @@ class OpenAICompatModel:
     async def models(self) -> list[str]:
         """Model ids the server lists at ``/models`` (one try; errors as ``InfraError``)."""
         try:
-            resp = await self._http().get(f"{self.base_url}/models")
-            resp.raise_for_status()
+            resp = await self._http().request("GET", f"{self.base_url}/models")
+            if resp.status_code != 200:
+                raise ValueError(f"HTTP {resp.status_code}: {_error_text(resp)}")
             return [str(m["id"]) for m in resp.json().get("data", [])]
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
             raise InfraError(f"cannot list models at {self.base_url}/models: {e}") from e
@@ -387,7 +358,7 @@ def _first_error(e: ValidationError) -> str:
     return f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}"
 
 
-def _error_text(resp: httpx.Response) -> str:
+def _error_text(resp: Reply) -> str:
     try:
         data = resp.json()
         err = data.get("error") if isinstance(data, dict) else None
