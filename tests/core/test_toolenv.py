@@ -12,7 +12,7 @@ from envlab.core import (
     Rubric,
     ToolCall,
 )
-from envlab.rollout.episode import wrap_for_limits
+from envlab.rollout.config import wrap_for_limits
 from tests.support.envs import EchoEnv, EchoEpisode
 from tests.support.play import echo_with
 

@@ -32,7 +32,7 @@ from envlab.core import (
     Wrapper,
 )
 from envlab.envs.calc import CalcEnv, CalcEpisode
-from envlab.rollout.episode import wrap_for_limits
+from envlab.rollout.config import wrap_for_limits
 from tests.support.envs import EchoEnv
 from tests.support.play import hash_in_subprocess, play
 

@@ -177,6 +177,9 @@ class Trajectory:
     components: dict[str, float] = field(default_factory=dict)
     gated_by: str | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    """The tools the agent was offered (OpenAI function schemas): with ``messages``, what a
+    chat template renders the model's prompts from."""
     steps: list[StepRecord] = field(default_factory=list)
     tokens: TokenView | None = None
     n_steps: int = 0

@@ -76,7 +76,8 @@ class TaskSet(Sequence[Task]):
 
 @dataclass(slots=True)
 class ToolCall:
-    """A request to call a tool; ``arguments`` is a string when the model sent non-JSON text."""
+    """A request to call a tool. From a model, ``arguments`` is always the text it wrote (the
+    environment decodes it, once); a dict comes only from a scripted agent."""
 
     name: str
     arguments: dict[str, Any] | str = field(default_factory=dict)

@@ -1,5 +1,6 @@
 """The async engine: the one episode driver, runs into a run directory, timeouts, retries."""
 
+from envlab.rollout.config import EpisodeConfig, EpisodeHooks
 from envlab.rollout.driver import (
     PlannedEpisode,
     episode_ids,
@@ -9,7 +10,6 @@ from envlab.rollout.driver import (
     run_episodes,
     watch,
 )
-from envlab.rollout.episode import EpisodeConfig, EpisodeHooks
 from envlab.rollout.runner import RolloutResult, RunObserver, rollout
 
 __all__ = [

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envlab.core import AgentFactory, ConfigError, EnvSpec, Status, Task, Trajectory
-from envlab.rollout.episode import Attempt, EpisodeConfig, EpisodeHooks
+from envlab.rollout.config import EpisodeConfig, EpisodeHooks
+from envlab.rollout.episode import Attempt
 
 
 def group_id(env_id: str, env_hash: str, task_id: str, run_seed: int) -> str:

@@ -19,8 +19,8 @@ from envlab.core import (
     TaskSet,
     Trajectory,
 )
+from envlab.rollout.config import EpisodeConfig
 from envlab.rollout.driver import PlannedEpisode, episode_ids_in_group, group_id, run_episodes
-from envlab.rollout.episode import EpisodeConfig
 from envlab.runs import (
     RUN_FILE,
     TRAJECTORIES_FILE,
