@@ -307,11 +307,6 @@ def _collect(dry_run: bool, legacy: bool) -> list[Removed]:
         deaths.close()
 
 
-def swept() -> bool:
-    """Whether this process has cleaned up after dead owners already."""
-    return _swept
-
-
 def sweep_once() -> None:
     """Clean up after dead owners, once per process (the first sandbox calls it)."""
     global _swept

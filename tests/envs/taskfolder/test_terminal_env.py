@@ -128,3 +128,19 @@ async def test_regrade_sees_the_same_frozen_workspace(tmp_path: Path) -> None:
         assert not (env.box.host_workdir / "graded-before").exists()  # type: ignore[union-attr]
     finally:
         await env.close()
+
+
+async def test_a_host_that_cannot_hold_the_workspace_is_infra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build cache cannot be made (a file where its directory should be): the machinery
+    failed, never the agent (``InfraError``: retried, excluded from scores)."""
+    from envlab.core import InfraError
+
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("ENVLAB_CACHE_DIR", str(tmp_path / "a-file" / "cache"))
+    spec = TerminalEnv(make_task(tmp_path))
+    env = spec.new_episode()
+    with pytest.raises(InfraError, match="could not set up the workspace"):
+        await env.reset(spec.tasks()[0])
+    await env.close()

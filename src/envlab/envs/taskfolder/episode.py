@@ -33,6 +33,7 @@ from envlab.sandbox import (
     Limits,
     Mount,
     Sandbox,
+    SandboxError,
     SandboxFileError,
     backend,
     copy_tree,
@@ -122,17 +123,23 @@ class TerminalEpisode(ToolEnv):
 
     # --- the episode -------------------------------------------------------------------------
     async def on_reset(self, task: Task, seed: int | None) -> None:
+        """Build (or find) the task's workspace and copy it into a new sandbox. A host error on
+        the way (no space, I/O) is the machinery's (``SandboxError``, an ``InfraError``); a
+        task that cannot be built is a ``ConfigError``."""
         folder = self.folder = self.spec.folder(task.id)
-        self.prepared = await prepare_workspace(folder)
         cfg = folder.config.environment
-        self.box = await backend(self.spec.config.sandbox).create(
-            self.prepared.app_dir,
-            limits=sandbox_limits(folder),
-            network=folder.config.network_for("agent"),
-            env={**self.prepared.env, **cfg.env},
-            workdir=self.prepared.workdir,
-            name=f"agent-{folder.name}",
-        )
+        try:
+            self.prepared = await prepare_workspace(folder)
+            self.box = await backend(self.spec.config.sandbox).create(
+                self.prepared.app_dir,
+                limits=sandbox_limits(folder),
+                network=folder.config.network_for("agent"),
+                env={**self.prepared.env, **cfg.env},
+                workdir=self.prepared.workdir,
+                name=f"agent-{folder.name}",
+            )
+        except OSError as e:
+            raise SandboxError(f"could not set up the workspace of task {task.id!r}: {e}") from e
 
     def _sandbox(self) -> Sandbox:
         if self.box is None:
