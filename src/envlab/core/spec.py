@@ -83,7 +83,14 @@ class EnvSpec(ABC):
             yield env_cls
 
     def content_hash(self) -> str:
-        """Hash of the code (every class in the MRO of ``code()``) and the canonical config."""
+        """Hash of the code (every class in the MRO of ``code()``) and the canonical config;
+        computed once per spec (a spec is a definition: its config does not change)."""
+        cached: str | None = getattr(self, "_content_hash", None)
+        if cached is None:
+            cached = self._content_hash = self._compute_hash()
+        return cached
+
+    def _compute_hash(self) -> str:
         h = hashlib.sha256()
         for cls in self.code():
             _hash_code(h, cls)

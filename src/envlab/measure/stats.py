@@ -53,13 +53,16 @@ def _check_confidence(confidence: float) -> None:
 
 
 def critical_value(confidence: float, df: float | None = None) -> float:
-    """Two-sided critical value: Student's t with ``df`` degrees of freedom, normal if ``None``."""
-    from scipy import stats
-
+    """Two-sided critical value: Student's t with ``df`` degrees of freedom, normal if ``None``
+    (the standard library's: scipy, slow to import, only for t)."""
     _check_confidence(confidence)
     q = 1.0 - (1.0 - confidence) / 2.0
     if df is None:
-        return float(stats.norm.ppf(q))
+        from statistics import NormalDist
+
+        return NormalDist().inv_cdf(q)
+    from scipy import stats
+
     return float(stats.t.ppf(q, df))
 
 
@@ -185,8 +188,6 @@ def proportion_ci(
     ``wilson`` (the score interval) stays inside [0, 1] and is not degenerate at 0 or n
     successes, where the CLT interval collapses to a point; ``exact`` is Clopper-Pearson.
     """
-    from scipy import stats
-
     _check_confidence(confidence)
     if n < 1:
         raise ValueError(f"need n >= 1 trials, got n={n}")
@@ -199,8 +200,12 @@ def proportion_ci(
         denom = 1 + z**2 / n
         center = (p + z**2 / (2 * n)) / denom
         half = z * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / denom
-        low, high = max(0.0, center - half), min(1.0, center + half)
+        # at 0 or n successes the bound is exactly 0 or 1 (rounding would leave 1e-17)
+        low = 0.0 if successes == 0 else max(0.0, center - half)
+        high = 1.0 if successes == n else min(1.0, center + half)
     elif method == "exact":
+        from scipy import stats
+
         low = (
             0.0
             if successes == 0
