@@ -80,3 +80,26 @@ async def test_build_commands_cannot_write_outside_the_workspace(tmp_path: Path)
     missing = make_task(tmp_path, "m", dockerfile="COPY nothere.txt /app/\n")
     with pytest.raises(DockerfileError, match="not found"):
         await prepare_workspace(load_task_folder(missing))
+
+
+async def test_an_unmet_from_is_said_once_per_run_per_image(tmp_path: Path) -> None:
+    """Forty tasks on one base image give one warning, not forty; a cached build says it too."""
+    import warnings
+
+    from envlab.envs.taskfolder import build
+
+    image = f"python:3.11-once-{tmp_path.name}"
+    paths = [
+        make_task(tmp_path / f"t{i}", dockerfile=f"FROM {image}\nRUN echo {i} > n.txt\n")
+        for i in range(3)
+    ]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for p in paths:
+            await prepare_workspace(load_task_folder(p))
+        build._warned_bases.discard(image)  # a new run: the cached builds still say it, once
+        for p in paths:
+            await prepare_workspace(load_task_folder(p))
+    lines = [str(w.message) for w in caught if image in str(w.message)]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"FROM {image} is not met") and "once per run" in lines[0]

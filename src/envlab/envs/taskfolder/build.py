@@ -98,16 +98,16 @@ async def prepare_workspace(task: TaskFolder) -> PreparedWorkspace:
     Every file operation runs in a worker thread, never on the event loop."""
     key, prepared = await asyncio.to_thread(_cached, task)
     if prepared is not None:
+        _warn_unmet_base(prepared.base_image, task)
         return prepared
     lock = _locks.setdefault((id(asyncio.get_running_loop()), key), asyncio.Lock())
     async with lock:
         key, prepared = await asyncio.to_thread(_cached, task)
         if prepared is not None:
+            _warn_unmet_base(prepared.base_image, task)
             return prepared
         plan = await asyncio.to_thread(plan_for, task)
-        for note in plan.notes:
-            if "FROM" in note:
-                warnings.warn(f"task {task.name}: {note}", RuntimeWarning, stacklevel=2)
+        _warn_unmet_base(plan.base_image, task)
         tmp = await asyncio.to_thread(_build_dir, key)
         try:
             t0 = time.perf_counter()
@@ -116,6 +116,23 @@ async def prepare_workspace(task: TaskFolder) -> PreparedWorkspace:
         except BaseException:
             await asyncio.to_thread(shutil.rmtree, tmp, True)
             raise
+
+
+_warned_bases: set[str] = set()
+"""Base images already warned about in this process: one line per image per run."""
+
+
+def _warn_unmet_base(image: str | None, task: TaskFolder) -> None:
+    """Say once per run, per image, that a ``FROM`` is not met (built or from the cache)."""
+    if image is None or image in _warned_bases:
+        return
+    _warned_bases.add(image)
+    warnings.warn(
+        f"FROM {image} is not met: there is no image; commands run on the host's system "
+        f"directories, read-only (first in task {task.name}; said once per run)",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def _cached(task: TaskFolder) -> tuple[str, PreparedWorkspace | None]:
