@@ -20,7 +20,7 @@ Steps, one after another (never two builds at once):
    ``Llama.generate`` and envlab's ``LlamaCppEngine.chat`` with logprobs and a tool), rounds
    interleaved so a change of load hits every build alike.
 
-    python bench/install/llama_build.py                       # everything (~5 min a build)
+    python bench/install/llama_build.py          # everything (15-20 CPU-minutes a build)
     python bench/install/llama_build.py --variants baseline,no-mtmd
     python bench/install/llama_build.py --skip-build           # reuse the wheels in --work
 """
@@ -167,10 +167,11 @@ def greedy(n):
         if got >= n:
             return got
 greedy(16)  # warm-up
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 for _ in range(runs):
     greedy(tokens)
 raw = runs * tokens / (time.perf_counter() - t0)
+raw_cpu = runs * tokens / (time.process_time() - c0)
 del llm
 
 engine = LlamaCppEngine(path, n_ctx=2048, n_threads=threads)
@@ -181,10 +182,11 @@ req = ChatRequest(messages=[ChatMessage(role="user", content="What is 2 + 3?")],
                   temperature=0.0, max_tokens=tokens, logprobs=True, top_logprobs=2,
                   ignore_eos=True)
 engine.chat(req.model_copy(update={"max_tokens": 8}))  # warm-up
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 for _ in range(runs):
     reply = engine.chat(req)
 chat = runs * tokens / (time.perf_counter() - t0)
+chat_cpu = runs * tokens / (time.process_time() - c0)
 choice = reply.choices[0]
 lps = [t.logprob for t in choice.logprobs.content]
 ok = (len(choice.token_ids) == tokens and len(lps) == tokens
@@ -193,7 +195,8 @@ ok = (len(choice.token_ids) == tokens and len(lps) == tokens
       and bool(reply.prompt_token_ids))
 libs = sorted({ln.split()[-1] for ln in open("/proc/self/maps") if "libllama.so" in ln
                or "libmtmd" in ln})
-print(json.dumps({"raw_tps": raw, "chat_tps": chat, "features_ok": ok,
+print(json.dumps({"raw_tps": raw, "chat_tps": chat, "raw_tpcpu": raw_cpu, "chat_tpcpu": chat_cpu,
+                  "features_ok": ok,
                   "llama_cpp": llama_cpp.__file__, "libs": libs}))
 """
 
@@ -235,6 +238,8 @@ def generation(builds: dict[str, Path | None], work: Path, args: argparse.Namesp
         out[name] = {
             "raw_tps": round(statistics.median(r["raw_tps"] for r in rs), 1),
             "chat_tps": round(statistics.median(r["chat_tps"] for r in rs), 1),
+            "raw_tpcpu": round(statistics.median(r["raw_tpcpu"] for r in rs), 1),
+            "chat_tpcpu": round(statistics.median(r["chat_tpcpu"] for r in rs), 1),
             "features_ok": all(r["features_ok"] for r in rs),
             "libs": rs[-1]["libs"],
         }
@@ -250,10 +255,10 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/envlab-llama-build"))
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--skip-build", action="store_true", help="reuse results.json's wheels")
-    ap.add_argument("--runs", type=int, default=5, help="completions per round")
+    ap.add_argument("--runs", type=int, default=3, help="completions per round")
     ap.add_argument("--tokens", type=int, default=128, help="tokens per completion")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
-    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median)")
+    ap.add_argument("--threads", type=int, default=1, help="llama.cpp threads (1: no spin-waits)")
     args = ap.parse_args()
     work: Path = args.work
     work.mkdir(parents=True, exist_ok=True)
@@ -303,16 +308,18 @@ def main() -> None:
         f"\ngeneration: {args.rounds} rounds x {args.runs} x {args.tokens} greedy tokens, "
         f"{args.threads} threads, load {gen['_load']['before'][0]} -> {gen['_load']['after'][0]}"
     )
-    print("build                    raw tok/s  ratio  chat tok/s  ratio  features  libs")
+    print("tok/s: per wall second; tok/cpu-s: per CPU second of the process (less load-bound;")
+    print("with several threads it counts ggml's spin-waits too, so --threads 1 is the cleanest)")
+    print("build                 raw tok/s ratio tok/cpu-s ratio  chat tok/s ratio tok/cpu-s ratio")
     for name, g in gen.items():
         if name.startswith("_"):
             continue
-        libs = [Path(x).name for x in g["libs"]]
-        print(
-            f"{name:24} {g['raw_tps']:9.1f}  {g['raw_tps'] / ref['raw_tps']:5.2f}  "
-            f"{g['chat_tps']:10.1f}  {g['chat_tps'] / ref['chat_tps']:5.2f}  "
-            f"{'ok' if g['features_ok'] else 'FAILED':8}  {', '.join(libs)}"
+        cells = "".join(
+            f" {g[k]:9.1f} {g[k] / ref[k]:5.2f}"
+            for k in ("raw_tps", "raw_tpcpu", "chat_tps", "chat_tpcpu")
         )
+        libs = ", ".join(Path(x).name for x in g["libs"])
+        print(f"{name:21}{cells}  {'ok' if g['features_ok'] else 'FAILED'}  {libs}")
 
 
 if __name__ == "__main__":
