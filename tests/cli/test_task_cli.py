@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from envlab.cli.task import check
+from envlab.cli.task_runs import check
 from envlab.core import Trajectory
 from envlab.rollout import watch
 from tests.conftest import subprocess_env

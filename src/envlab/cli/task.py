@@ -30,25 +30,6 @@ task_app = typer.Typer(
 )
 
 
-async def check(
-    path: Path,
-    runs: int,
-    noop_runs: int,
-    concurrency: int,
-    max_retries: int = 0,
-    *,
-    sandbox: str | None = None,
-    progress: RunProgress | None = None,
-) -> list[CheckRow]:
-    """The oracle ``runs`` times and the no-op agent ``noop_runs`` times on every task folder
-    under ``path``; a row per task says whether it keeps the contract (``task_runs.check``)."""
-    from envlab.cli import task_runs
-
-    return await task_runs.check(
-        path, runs, noop_runs, concurrency, max_retries, sandbox=sandbox, progress=progress
-    )
-
-
 def _reward(x: float | None) -> str:
     return "-" if x is None else f"{x:g}"
 
@@ -153,6 +134,7 @@ def check_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Check task folders: the oracle must score 1 on every run, the no-op agent 0."""
+    from envlab.cli.task_runs import check
     from envlab.core.errors import ConfigError
 
     if runs < 1 or noop_runs < 1 or concurrency < 1:

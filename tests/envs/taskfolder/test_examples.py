@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envlab.cli.task import check
+from envlab.cli.task_runs import check
 from envlab.envs.taskfolder import find_task_folders
 from tests.envs.taskfolder.conftest import EXAMPLES
 from tests.sandbox.conftest import requires_bwrap
