@@ -161,6 +161,9 @@ def smollm2(
     n_threads: int | None = None,
 ) -> ModelAgentFactory:
     """SmolLM2-135M-Instruct (embedded GGUF, llama.cpp), in this process, with tools."""
+    from envlab.models.llamacpp import require_local
+
+    require_local("--agent smollm2")  # a missing extra is the user's setup, not the agent's failure
     from envlab.models.weights import SMOLLM2_MODEL_ID, file_sha256, smollm2_path
 
     weights = file_sha256(smollm2_path())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
 import docstring_parser
@@ -43,17 +43,20 @@ class ToolSpec:
     parameters: dict[str, Any]
     model: type[BaseModel]
     attr: str
+    openai: dict[str, Any] = field(init=False, repr=False, compare=False)
+    """The tool in the OpenAI chat-completions ``tools`` format (made once; do not mutate)."""
+
+    def __post_init__(self) -> None:
+        function = {"name": self.name, "description": self.description}
+        object.__setattr__(
+            self,
+            "openai",
+            {"type": "function", "function": {**function, "parameters": self.parameters}},
+        )
 
     def to_openai(self) -> dict[str, Any]:
-        """The tool in the OpenAI chat-completions ``tools`` format."""
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.parameters,
-            },
-        }
+        """The tool in the OpenAI chat-completions ``tools`` format (a copy to change freely)."""
+        return {"type": "function", "function": dict(self.openai["function"])}
 
     def parse_arguments(self, arguments: dict[str, Any] | str) -> dict[str, Any]:
         """Validate raw arguments; raise ``ToolCallError`` with a message for the agent."""

@@ -76,7 +76,7 @@ class StepLimit(Wrapper):
     def __init__(self, env: Environment, *, max_steps: int) -> None:
         if max_steps < 1:
             raise ConfigError(f"StepLimit needs max_steps >= 1, got {max_steps}")
-        super().__init__(env)
+        self.env = env
         self.max_steps = max_steps
         self.n_steps = 0
 
@@ -107,7 +107,7 @@ class EpisodeTimeLimit(Wrapper):
     ) -> None:
         if seconds <= 0:
             raise ConfigError(f"EpisodeTimeLimit needs seconds > 0, got {seconds}")
-        super().__init__(env)
+        self.env = env
         self.seconds = seconds
         self._clock = clock or _agent_seconds
         self._started: float | None = None
@@ -139,7 +139,7 @@ class OrderEnforcing(Wrapper):
     after the episode ended, a second ``reset`` (an environment serves one episode)."""
 
     def __init__(self, env: Environment) -> None:
-        super().__init__(env)
+        self.env = env
         self._reset = False
         self._ended = False
 

@@ -156,12 +156,13 @@ class Attempt:
         if self.hooks is not None and self.hooks.after_reset is not None:
             self.info["after_reset"] = await _hook(self.hooks.after_reset(env))
         system = env.system_prompt()
-        self.tools = [t.to_openai() for t in env.tools]
+        tools = env.tools
+        self.tools = [t.openai for t in tools]
         privileged = self.agent_spec.privileged  # hidden data only to a privileged agent
         ctx = EpisodeContext(
             task_id=self.task.id,
             prompt=obs.text,
-            tools=env.tools,
+            tools=tools,
             seed=self.seed,
             system_prompt=system,
             task=self.task if privileged else None,
