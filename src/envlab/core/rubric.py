@@ -118,7 +118,10 @@ def validate_reward(reward: Reward, reward_range: tuple[float, float] | None = N
 
     components = {k: norm(v, f"reward component {k!r}") for k, v in reward.components.items()}
     total = norm(reward.total, "the reward total")
-    return reward.model_copy(update={"total": total, "components": components})
+    # every value was checked just now: build the result without validating it again
+    return Reward.model_construct(
+        total=total, components=components, gated_by=reward.gated_by, details=reward.details
+    )
 
 
 def reward_range_of(metadata: dict[str, Any]) -> tuple[float, float] | None:

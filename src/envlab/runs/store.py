@@ -207,6 +207,11 @@ class TrajectoryStore:
             log.warning("%s: could not cut a partial line off; --resume will drop it", self.path)
 
     def _encode(self, traj: Trajectory) -> bytes:
+        data = traj.to_json()
+        # a line shorter than a blob holds no string that long, nor one that looks like a
+        # reference: nothing to store apart (the common case, without walking the messages)
+        if len(data) < self.blobs.min_chars and REF_JSON not in data:
+            return data
         messages = [self.blobs.externalize(m) for m in traj.messages]
         if any(a is not b for a, b in zip(messages, traj.messages, strict=True)):
             traj = dataclasses.replace(traj, messages=messages)
