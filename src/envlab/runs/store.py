@@ -190,19 +190,20 @@ class TrajectoryStore:
             self.open()
         assert self._fd is not None
         data = self._encode(traj) + b"\n"
-        start = os.fstat(self._fd).st_size  # the lock makes this process the only writer
+        written = 0
         try:
-            written = os.write(self._fd, data)
-            while written < len(data):  # short writes are rare (full disk, signals)
+            while written < len(data):  # one write, but for a full disk or a signal
                 written += os.write(self._fd, data[written:])
         except OSError as e:
-            self._cut(start)
+            self._cut_back(written)
             raise store_error(e, self.path, "append a trajectory to") from e
 
-    def _cut(self, size: int) -> None:
+    def _cut_back(self, written: int) -> None:
+        """Cut off the ``written`` bytes of a partial line (the lock makes this process the
+        only writer: they are the file's last)."""
         try:
             assert self._fd is not None
-            os.ftruncate(self._fd, size)
+            os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
         except OSError:
             log.warning("%s: could not cut a partial line off; --resume will drop it", self.path)
 
