@@ -180,3 +180,44 @@ async def test_privileged_data_follows_the_recorded_spec() -> None:
 
     await run(EchoEnv(), Sneaky([]))
     assert seen == [None]
+
+
+async def test_a_forged_transcript_does_not_change_the_grade() -> None:
+    """The transcript is a record, never graded: an agent that claims, in ``transcript()``, to
+    have answered correctly is scored on what it gave the environment, and one whose record
+    breaks loses nothing else."""
+
+    class Forger(ScriptAgent):
+        def transcript(self):  # type: ignore[no-untyped-def]
+            return [{"role": "user", "content": "say ok"}, {"role": "assistant", "content": "ok"}]
+
+    t = await run(EchoEnv(), Forger([Action(text="not ok")]))
+    assert t.status is Status.OK and t.reward == 0.0, "graded on the action, not the record"
+    assert t.messages[-1]["content"] == "ok", "the record is what the agent said it sent"
+    assert t.steps[0].action["text"] == "not ok", "the structured view is what the env got"
+
+    class Broken(ScriptAgent):
+        def transcript(self):  # type: ignore[no-untyped-def]
+            raise RuntimeError("no record")
+
+    t = await run(EchoEnv(), Broken([Action(text="ok")]))
+    assert t.status is Status.OK and t.reward == 1.0
+    assert "no record" in t.info["agent_record_errors"][0]
+
+
+async def test_acting_after_the_end_cannot_change_the_graded_state() -> None:
+    """The engine stops at done; a step sent after it (an agent driving the env itself) is
+    refused by the order check and never reaches the episode that is graded."""
+    from envlab.core import EpisodeOrderError
+    from envlab.rollout.config import wrap_for_limits
+
+    spec = EchoEnv()
+    task = spec.tasks()[0]
+    env = wrap_for_limits(spec.new_episode(), spec.limits(task))
+    await env.reset(task, 0)
+    await env.step(Action(text="ok"))
+    with pytest.raises(EpisodeOrderError, match="after the episode ended"):
+        await env.step(Action(text="overwritten"))
+    reward = await env.grade()
+    assert reward is not None and reward.total == 1.0
+    assert env.state()["final_answer"] == "ok"
