@@ -47,20 +47,15 @@ async def _graded_once(
     try:
         dl.set(me, grade_timeout, "grade")
         return await (env.grade() if attempt == 0 else env.regrade())
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, Exception):
+        # our deadline's cancellation, or the grader's own error made of it: a grade too slow;
+        # anything else (a real cancellation, the grader's error) goes on as it is
         if dl.expired(me) is None:
             raise
         me.uncancel()
         raise GraderFailed(
             f"the grader took longer than grade_timeout_s={grade_timeout}s"
         ) from None
-    except Exception:
-        if dl.expired(me) is not None:
-            me.uncancel()
-            raise GraderFailed(
-                f"the grader took longer than grade_timeout_s={grade_timeout}s"
-            ) from None
-        raise
     finally:
         if dl.clear(me):
             await dl.absorb(me)
