@@ -14,17 +14,23 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from envlab.core.errors import ToolCallError
 
 _TOOL_MARK = "__envlab_tool__"
+_WRITES_MARK = "__envlab_tool_writes__"
 
 
-def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+def tool(
+    fn: Callable[..., Any] | None = None, *, name: str | None = None, writes: bool = False
+) -> Any:
     """Mark a method of a ``ToolEnv`` as a tool the agent may call.
 
     The schema comes from the signature (types, defaults) and the docstring (Google, NumPy or
     reST style: the summary describes the tool, ``Args:`` describe the parameters).
+    ``writes=True`` marks a tool that changes the environment's state (a database write, a
+    booking); the others only read it. Safety gates and perturbations (stale reads) use it.
     """
 
     def mark(f: Callable[..., Any]) -> Callable[..., Any]:
         setattr(f, _TOOL_MARK, name or f.__name__)
+        setattr(f, _WRITES_MARK, writes)
         return f
 
     return mark(fn) if fn is not None else mark
@@ -43,6 +49,8 @@ class ToolSpec:
     parameters: dict[str, Any]
     model: type[BaseModel]
     attr: str
+    writes: bool = False
+    """The tool changes the environment's state (``@tool(writes=True)``); else it only reads."""
     openai: dict[str, Any] = field(init=False, repr=False, compare=False)
     """The tool in the OpenAI chat-completions ``tools`` format (made once; do not mutate)."""
 
@@ -154,4 +162,5 @@ def tool_spec(fn: Callable[..., Any], name: str | None = None) -> ToolSpec:
         parameters=schema,
         model=model,
         attr=fn.__name__,
+        writes=bool(getattr(fn, _WRITES_MARK, False)),
     )

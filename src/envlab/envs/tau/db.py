@@ -1,0 +1,158 @@
+"""A domain's database on SQLite: records as JSON documents keyed by id, one fresh copy per episode.
+
+Each table is ``(id TEXT PRIMARY KEY, doc TEXT)``; ``doc`` is the record as JSON, in the key order
+of the data (tools return records as ``json.dumps`` of them, so the order is part of what the
+agent sees). Lookups by a field use SQLite's JSON functions (``json_extract``), with expression
+indexes where a domain asks for them. The pristine database is built once per process from the
+packaged data and kept as bytes (``Connection.serialize``); an episode's copy is a
+``deserialize`` of them: a memory copy, well under a millisecond for a few megabytes
+(``bench/tau.py``). Every insert, update and delete is logged by triggers, so ``changes()`` (the
+records that differ from the pristine ones) costs what the episode wrote, not the database's size.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from envlab.core import ConfigError
+
+Record = dict[str, Any]
+Changes = dict[str, dict[str, Record | None]]
+"""table -> id -> the record now, or ``None`` when it was removed (τ-bench's ``gold_diff``)."""
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The tables of a domain and the JSON fields to index (``{"users": ["email"]}``)."""
+
+    tables: Sequence[str]
+    indexes: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+
+def data_file(domain: str, name: str) -> bytes:
+    """A packaged data file of ``domain`` (``tools.json``; a ``.gz`` beside it is read too)."""
+    root = resources.files("envlab.envs.tau") / "data" / domain
+    plain, packed = root / name, root / f"{name}.gz"
+    if packed.is_file():
+        return gzip.decompress(packed.read_bytes())
+    if plain.is_file():
+        return plain.read_bytes()
+    raise ConfigError(f"no data file {name!r} for the τ domain {domain!r} in the envlab package")
+
+
+def load_json(domain: str, name: str) -> Any:
+    return json.loads(data_file(domain, name))
+
+
+def _create(conn: sqlite3.Connection, schema: Schema) -> None:
+    conn.execute(
+        "CREATE TABLE _changes (tbl TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (tbl, id))"
+    )
+    for table in schema.tables:
+        conn.execute(f'CREATE TABLE "{table}" (id TEXT PRIMARY KEY, doc TEXT NOT NULL)')
+        for op, row in (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD")):
+            conn.execute(
+                f'CREATE TRIGGER "{table}_{op.lower()}" AFTER {op} ON "{table}" BEGIN '
+                f"INSERT OR IGNORE INTO _changes VALUES ('{table}', {row}.id); END"
+            )
+        for key in schema.indexes.get(table, ()):
+            conn.execute(
+                f'CREATE INDEX "{table}_{key}" ON "{table}" (json_extract(doc, \'$.{key}\'))'
+            )
+
+
+_pristine: dict[str, bytes] = {}
+_lock = threading.Lock()
+
+
+def pristine(domain: str, schema: Schema) -> bytes:
+    """The serialized pristine database of ``domain``, built once per process from its data."""
+    with _lock:
+        image = _pristine.get(domain)
+        if image is None:
+            conn = sqlite3.connect(":memory:")
+            _create(conn, schema)
+            for table in schema.tables:
+                records = load_json(domain, f"db/{table}.json")
+                conn.executemany(
+                    f'INSERT INTO "{table}" VALUES (?, ?)',
+                    ((key, json.dumps(rec)) for key, rec in records.items()),
+                )
+            conn.execute("DELETE FROM _changes")
+            conn.commit()
+            image = _pristine[domain] = conn.serialize()
+            conn.close()
+        return image
+
+
+class Database:
+    """One episode's own copy of a domain's database."""
+
+    def __init__(self, domain: str, schema: Schema) -> None:
+        self.domain, self.schema = domain, schema
+        self._image = pristine(domain, schema)
+        self.conn = sqlite3.connect(":memory:", check_same_thread=False)
+        self.conn.deserialize(self._image)
+        self.writes = 0
+        """Records written so far (inserts, updates, deletes)."""
+
+    def get(self, table: str, key: str) -> Record | None:
+        row = self.conn.execute(f'SELECT doc FROM "{table}" WHERE id = ?', (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def put(self, table: str, key: str, record: Record) -> None:
+        """Insert or replace the record ``key`` of ``table``."""
+        self.conn.execute(
+            f'INSERT INTO "{table}" VALUES (?, ?) '
+            "ON CONFLICT (id) DO UPDATE SET doc = excluded.doc",
+            (key, json.dumps(record)),
+        )
+        self.writes += 1
+
+    def delete(self, table: str, key: str) -> None:
+        self.conn.execute(f'DELETE FROM "{table}" WHERE id = ?', (key,))
+        self.writes += 1
+
+    def find(self, table: str, **equal: Any) -> list[str]:
+        """The ids of the records whose fields equal ``equal`` (``email="a@b"``;
+        ``name__first_name="Ann"`` for a nested field), in id order."""
+        where = " AND ".join(f"json_extract(doc, '$.{k.replace('__', '.')}') = ?" for k in equal)
+        sql = f'SELECT id FROM "{table}"' + (f" WHERE {where}" if where else "") + " ORDER BY id"
+        return [row[0] for row in self.conn.execute(sql, tuple(equal.values()))]
+
+    def ids(self, table: str) -> list[str]:
+        """Every id of ``table``, in the data's order."""
+        return [row[0] for row in self.conn.execute(f'SELECT id FROM "{table}" ORDER BY rowid')]
+
+    def items(self, table: str) -> Iterator[tuple[str, Record]]:
+        for key, doc in self.conn.execute(f'SELECT id, doc FROM "{table}" ORDER BY rowid'):
+            yield key, json.loads(doc)
+
+    def changes(self) -> Changes:
+        """The records that differ from the pristine database: table -> id -> record now (or
+        ``None`` if removed). A record written back to its first value is not a change."""
+        logged = self.conn.execute("SELECT tbl, id FROM _changes ORDER BY tbl, id").fetchall()
+        if not logged:
+            return {}
+        before = sqlite3.connect(":memory:")
+        before.deserialize(self._image)
+        out: Changes = {}
+        try:
+            for table, key in logged:
+                now = self.get(table, key)
+                row = before.execute(f'SELECT doc FROM "{table}" WHERE id = ?', (key,)).fetchone()
+                if now != (None if row is None else json.loads(row[0])):
+                    out.setdefault(table, {})[key] = now
+        finally:
+            before.close()
+        return out
+
+    def close(self) -> None:
+        self.conn.close()
