@@ -95,8 +95,8 @@ async def test_text_tool_call_formats(fake: FakeOpenAI, text: str) -> None:
     traj = await episode(harness(fake))
     assert traj.status is Status.OK and traj.reward == 1.0
     assert tool_contents(traj) == ["5"]
-    assert traj.steps[0].action_info["tool_call_format"] in {"hermes", "fenced", "json"}
-    assert traj.steps[0].action_info["raw_text"] == text
+    assert traj.steps[0].action.info["tool_call_format"] in {"hermes", "fenced", "json"}
+    assert traj.steps[0].action.info["raw_text"] == text
 
 
 async def test_malformed_tool_call_json_goes_to_env_and_episode_goes_on(fake: FakeOpenAI) -> None:
@@ -149,7 +149,7 @@ async def test_429_and_dropped_connection_then_success(fake: FakeOpenAI) -> None
     )
     traj = await episode(harness(fake))
     assert traj.status is Status.OK and traj.reward == 1.0
-    assert [s.action_info["attempts"] for s in traj.steps] == [2, 2]
+    assert [s.action.info["attempts"] for s in traj.steps] == [2, 2]
 
 
 async def test_refused_request_is_agent_error(fake: FakeOpenAI) -> None:
@@ -163,7 +163,7 @@ async def test_turn_limit_ends_the_episode(fake: FakeOpenAI) -> None:
     fake.push(*[completion(None, tool_calls=[("add", '{"a": 1, "b": 1}')])] * 2)
     traj = await episode(harness(fake, limits=HarnessLimits(max_turns=2)))
     assert traj.status is Status.OK and len(fake.requests) == 2
-    assert traj.steps[-1].action_info["harness_stop"] == "max_turns (2)"
+    assert traj.steps[-1].action.info["harness_stop"] == "max_turns (2)"
 
 
 async def test_required_tool_turns_and_parallel_flag(fake: FakeOpenAI) -> None:
@@ -211,8 +211,8 @@ async def test_token_view_accumulates_turns(fake: FakeOpenAI) -> None:
     assert tv.turn_starts == [3, 7]
     assert tv.turn_prompt(0) == [1, 2, 3] and tv.turn_prompt(1) == [1, 2, 3, 10, 11, 4, 5]
     # stored once: the steps carry no token ids or logprobs
-    assert all("completion_ids" not in s.action_info for s in traj.steps)
-    assert all("logprobs" not in s.action_info for s in traj.steps)
+    assert all("completion_ids" not in s.action.info for s in traj.steps)
+    assert all("logprobs" not in s.action.info for s in traj.steps)
 
 
 async def test_token_view_dropped_when_prompt_is_re_rendered(fake: FakeOpenAI) -> None:
@@ -222,7 +222,7 @@ async def test_token_view_dropped_when_prompt_is_re_rendered(fake: FakeOpenAI) -
     )
     traj = await episode(harness(fake))
     assert traj.tokens is None
-    assert "does not extend" in traj.steps[-1].action_info["token_view"]
+    assert "does not extend" in traj.steps[-1].action.info["token_view"]
 
 
 async def test_openai_agent_by_name_and_spec(fake: FakeOpenAI, monkeypatch) -> None:

@@ -191,7 +191,7 @@ async def test_episodes_queued_on_the_in_process_model_do_not_time_out(
     await holder
     assert [t.status for t in trajs] == [Status.OK] * 6, [t.error for t in trajs]
     assert [t.reward for t in trajs] == [1.0] * 6
-    assert all(t.n_steps == 2 and "harness_stop" not in t.steps[-1].action_info for t in trajs)
+    assert all(t.n_steps == 2 and "harness_stop" not in t.steps[-1].action.info for t in trajs)
     assert all(t.timings.waited_s > 0.0 for t in trajs)
     assert engine.served == 1 + 6 * 2
     # six episodes, twelve requests, one client over the app; closed with the run
@@ -216,7 +216,7 @@ async def test_a_rate_limited_endpoint_backoff_is_not_the_agents_time(tmp_path: 
         agents._make_model = _at(agents._make_model, fake.base_url)
         (t,) = await run(tmp_path / "run", agents, n=1, step_timeout_s=STEP)
     assert t.status is Status.OK and t.reward == 1.0, t.error
-    assert t.steps[0].action_info["attempts"] == 2
+    assert t.steps[0].action.info["attempts"] == 2
     assert t.timings.waited_s > 0.0
 
 

@@ -94,9 +94,9 @@ async def test_text_mode_transcript_is_exactly_what_the_model_received(fake: Fak
     assert traj.messages[5]["content"] == "<tool_response>\n20\n</tool_response>"
     assert not any("tool_calls" in m for m in traj.messages)
     # the structured view beside it: the calls with their arguments as written, the results
-    call = traj.steps[0].action["tool_calls"][0]
-    assert call["name"] == "add" and call["arguments"] == ODD_ARGS
-    assert traj.steps[0].observation["tool_results"][0]["content"] == "5"
+    call = traj.steps[0].action.tool_calls[0]
+    assert call.name == "add" and call.arguments == ODD_ARGS
+    assert traj.steps[0].observation.tool_results[0].content == "5"
     assert [s.message_index for s in traj.steps] == [2, 4, 6]
 
 
@@ -126,7 +126,7 @@ async def test_native_transcript_holds_the_servers_tool_calls_untouched(fake: Fa
         "name": "add",
         "content": "5",
     }
-    assert traj.steps[0].action["tool_calls"][0]["arguments"] == ODD_ARGS
+    assert traj.steps[0].action.tool_calls[0].arguments == ODD_ARGS
 
 
 async def test_arguments_are_decoded_once_by_the_environment(
@@ -148,7 +148,7 @@ async def test_arguments_are_decoded_once_by_the_environment(
         decoded.clear()
         fake.push(reply, completion("5"))
         traj = await episode(harness(fake, tool_mode=mode))
-        assert traj.steps[0].observation["tool_results"][0]["content"] == "5", mode
+        assert traj.steps[0].observation.tool_results[0].content == "5", mode
         assert decoded == ["ToolSpec.parse_arguments"], mode
 
 
@@ -157,7 +157,7 @@ async def test_a_harness_stop_has_no_model_turn(fake: FakeOpenAI) -> None:
     traj = await episode(harness(fake, limits=HarnessLimits(max_turns=2)))
     assert len(fake.requests) == 2
     stop = traj.steps[-1]
-    assert stop.action_info["harness_stop"] == "max_turns (2)" and stop.message_index is None
+    assert stop.action.info["harness_stop"] == "max_turns (2)" and stop.message_index is None
     # the last tool result was never sent to the model: the transcript ends with its reply
     assert_transcript_is_what_was_sent(traj, fake.requests)
     assert traj.messages[-1]["role"] == "assistant"
@@ -210,7 +210,7 @@ def first_difference(a: list[int], b: list[int]) -> int:
 def assert_parity(engine: Any, traj: Trajectory, mode: str, required_tool_turns: int) -> int:
     """For every model turn k, the recorded messages before its reply re-render to exactly
     ``tokens.turn_prompt(k)``; returns the number of model turns."""
-    dropped = [s.action_info["token_view"] for s in traj.steps if "token_view" in s.action_info]
+    dropped = [s.action.info["token_view"] for s in traj.steps if "token_view" in s.action.info]
     assert traj.tokens is not None, f"{traj.episode_id}: no token view ({dropped})"
     turns = [s.message_index for s in traj.steps if s.message_index is not None]
     assert len(traj.tokens.turn_starts) == len(turns)

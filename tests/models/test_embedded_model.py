@@ -69,7 +69,7 @@ def check_episodes(trajs: list[Trajectory]) -> None:
         results = [m for m in t.messages if m["role"] == "tool"]
         assert calls and results, f"no tool call in {t.episode_id}: {t.messages}"
         assert results[0]["tool_call_id"] == calls[0]["tool_calls"][0]["id"]
-        assert "completion_ids" not in t.steps[0].action_info, "token ids are stored once"
+        assert "completion_ids" not in t.steps[0].action.info, "token ids are stored once"
     executed = [
         m["content"]
         for t in trajs
@@ -109,7 +109,7 @@ async def test_openai_agent_over_http_acts_in_calc(
     trajs = await run_calc(agent, tmp_path / "run")
     check_episodes(trajs)
     assert trajs[0].agent.endpoint == server.base_url
-    assert trajs[0].steps[0].action_info["model"] == "smollm2"
+    assert trajs[0].steps[0].action.info["model"] == "smollm2"
 
 
 async def test_server_answers_with_tool_calls_token_ids_and_logprobs(

@@ -194,7 +194,7 @@ async def test_a_forged_transcript_does_not_change_the_grade() -> None:
     t = await run(EchoEnv(), Forger([Action(text="not ok")]))
     assert t.status is Status.OK and t.reward == 0.0, "graded on the action, not the record"
     assert t.messages[-1]["content"] == "ok", "the record is what the agent said it sent"
-    assert t.steps[0].action["text"] == "not ok", "the structured view is what the env got"
+    assert t.steps[0].action.text == "not ok", "the structured view is what the env got"
 
     class Broken(ScriptAgent):
         def transcript(self):  # type: ignore[no-untyped-def]

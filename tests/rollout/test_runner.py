@@ -121,3 +121,33 @@ async def test_a_run_directory_held_by_another_writer_is_refused(tmp_path: Path)
     assert (tmp_path / "trajectories.jsonl").read_bytes() == before
     r = await rollout(env, NOOP, tasks, out_dir=tmp_path, resume=True)
     assert r.skipped_episodes == 2, "the lock is released when a run ends"
+
+
+async def test_a_run_freezes_the_heap_while_it_runs_and_gives_it_back(tmp_path: Path) -> None:
+    """What exists before the episodes is exempt from the collector's full passes during the
+    run (their cost grows with the heap: torch, tokenizers); nested runs share one freeze, and
+    everything is given back when the last ends, also when it fails."""
+    import gc
+
+    from envlab.core import Action, Observation
+    from envlab.rollout.driver import frozen_heap
+
+    seen: list[int] = []
+
+    class Watching(OracleAgent):
+        async def act(self, observation: Observation) -> Action:
+            seen.append(gc.get_freeze_count())
+            return await super().act(observation)
+
+    assert gc.get_freeze_count() == 0
+    await rollout(ArithEnv(), AgentClass(Watching), ArithEnv().tasks(n=2), out_dir=tmp_path / "a")
+    assert seen and all(n > 0 for n in seen) and gc.get_freeze_count() == 0
+    with frozen_heap():
+        outer = gc.get_freeze_count()
+        with frozen_heap():
+            assert gc.get_freeze_count() == outer  # one freeze, not a second pass
+        assert gc.get_freeze_count() == outer
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError, match="boom"), frozen_heap():
+        raise RuntimeError("boom")
+    assert gc.get_freeze_count() == 0

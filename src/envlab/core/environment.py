@@ -21,6 +21,8 @@ class Environment(ABC):
     and ``close()``.
     """
 
+    __slots__ = ()  # a subclass without slots of its own has a ``__dict__`` as usual
+
     @abstractmethod
     async def reset(self, task: Task, seed: int | None = None) -> Observation:
         """Start the episode on ``task``; return the first observation (the agent's prompt)."""

@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 
+from envlab.core.types import Action, Observation
+
 
 class Status(StrEnum):
     """How an episode ended.
@@ -73,21 +75,20 @@ class StepRecord:
     """One step, in its structured view (parsed from, and beside, the transcript).
 
     ``action`` is what the environment was given (``text``, ``tool_calls`` with their raw
-    argument strings), ``observation`` what it answered (``text``, ``tool_results``).
+    argument strings, and in ``action.info`` what the agent reported: usage, finish reason,
+    latency, never token ids), ``observation`` what it answered (``text``, ``tool_results``).
     ``message_index`` is the position in ``messages`` of the model reply this step came from
     (``None`` when the agent acted without a model turn, e.g. a harness limit).
     """
 
     index: int
     message_index: int | None
-    action: dict[str, Any] = field(default_factory=dict)
-    observation: dict[str, Any] = field(default_factory=dict)
+    action: Action = field(default_factory=Action)
+    observation: Observation = field(default_factory=Observation)
     reward: float = 0.0
     tool_errors: int = 0
     info: dict[str, Any] = field(default_factory=dict)
     """What the environment reported for the step."""
-    action_info: dict[str, Any] = field(default_factory=dict)
-    """What the agent reported for the step (usage, finish reason, latency; no token ids)."""
     agent_s: float = 0.0
     env_s: float = 0.0
 

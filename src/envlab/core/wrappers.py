@@ -4,6 +4,11 @@
 perturbation is a wrapper too. Wrap one episode directly (``StepLimit(env, max_steps=5)``) or
 every episode of a spec (``spec.wrap(StepLimit, max_steps=5)``), whose hash then includes the
 wrapper's code and parameters. Every method is passed on explicitly, nothing by ``__getattr__``.
+
+A method that only passes a call on, or checks something before it, returns the inner
+episode's awaitable instead of awaiting it in a coroutine of its own (``await wrapper.step(a)``
+is the same; the engine's per-episode cost is one coroutine frame less per layer and call). A
+wrapper that changes a result is an ``async def`` as usual.
 """
 
 from __future__ import annotations
@@ -11,9 +16,9 @@ from __future__ import annotations
 import hashlib
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from envlab.core.clock import not_agent_seconds
 from envlab.core.environment import Environment
@@ -24,33 +29,39 @@ from envlab.core.spec import EnvSpec, _hash_code, canonical_json
 from envlab.core.tools import ToolSpec
 from envlab.core.types import Action, Observation, StepResult, Task, TaskSet
 
+_T = TypeVar("_T")
+Awaiting = Coroutine[Any, Any, _T]
+"""What ``await`` takes: an ``async def``'s result, or the one a pass-through hands on."""
+
 
 class Wrapper(Environment):
     """An environment that passes everything on to ``env``; subclasses change what they need."""
 
+    __slots__ = ("env",)
+
     def __init__(self, env: Environment) -> None:
         self.env = env
 
-    async def reset(self, task: Task, seed: int | None = None) -> Observation:
-        return await self.env.reset(task, seed)
+    def reset(self, task: Task, seed: int | None = None) -> Awaiting[Observation]:
+        return self.env.reset(task, seed)
 
-    async def step(self, action: Action) -> StepResult:
-        return await self.env.step(action)
+    def step(self, action: Action) -> Awaiting[StepResult]:
+        return self.env.step(action)
 
     def state(self) -> dict[str, Any]:
         return self.env.state()
 
-    async def grade(self) -> Reward | None:
-        return await self.env.grade()
+    def grade(self) -> Awaiting[Reward | None]:
+        return self.env.grade()
 
-    async def regrade(self) -> Reward | None:
-        return await self.env.regrade()
+    def regrade(self) -> Awaiting[Reward | None]:
+        return self.env.regrade()
 
-    async def close(self) -> None:
-        await self.env.close()
+    def close(self) -> Awaiting[None]:
+        return self.env.close()
 
-    async def export_workspace(self, dest: Path) -> Path | None:
-        return await self.env.export_workspace(dest)
+    def export_workspace(self, dest: Path) -> Awaiting[Path | None]:
+        return self.env.export_workspace(dest)
 
     @property
     def tools(self) -> list[ToolSpec]:
@@ -73,6 +84,8 @@ class Wrapper(Environment):
 class StepLimit(Wrapper):
     """Truncate the episode after ``max_steps`` steps (gymnasium's ``TimeLimit``, in steps)."""
 
+    __slots__ = ("max_steps", "n_steps")
+
     def __init__(self, env: Environment, *, max_steps: int) -> None:
         if max_steps < 1:
             raise ConfigError(f"StepLimit needs max_steps >= 1, got {max_steps}")
@@ -80,9 +93,9 @@ class StepLimit(Wrapper):
         self.max_steps = max_steps
         self.n_steps = 0
 
-    async def reset(self, task: Task, seed: int | None = None) -> Observation:
+    def reset(self, task: Task, seed: int | None = None) -> Awaiting[Observation]:
         self.n_steps = 0
-        return await self.env.reset(task, seed)
+        return self.env.reset(task, seed)
 
     async def step(self, action: Action) -> StepResult:
         result = await self.env.step(action)
@@ -102,6 +115,8 @@ class EpisodeTimeLimit(Wrapper):
     also stops an agent that never comes back, at the same limit.
     """
 
+    __slots__ = ("_clock", "_started", "seconds")
+
     def __init__(
         self, env: Environment, *, seconds: float, clock: Callable[[], float] | None = None
     ) -> None:
@@ -120,14 +135,13 @@ class EpisodeTimeLimit(Wrapper):
     def elapsed(self) -> float:
         return 0.0 if self._started is None else self._clock() - self._started
 
-    async def step(self, action: Action) -> StepResult:
-        used = self.elapsed()
-        if used > self.seconds:
+    def step(self, action: Action) -> Awaiting[StepResult]:
+        if self._started is not None and (used := self._clock() - self._started) > self.seconds:
             raise EpisodeTimeExceeded(
                 f"the agent used {used:.1f}s of its time, more than the episode's "
                 f"{self.seconds}s (EpisodeTimeLimit)"
             )
-        return await self.env.step(action)
+        return self.env.step(action)
 
 
 def _agent_seconds() -> float:
@@ -138,19 +152,21 @@ class OrderEnforcing(Wrapper):
     """A clear error for a call out of order: ``step`` or ``grade`` before ``reset``, ``step``
     after the episode ended, a second ``reset`` (an environment serves one episode)."""
 
+    __slots__ = ("_ended", "_reset")
+
     def __init__(self, env: Environment) -> None:
         self.env = env
         self._reset = False
         self._ended = False
 
-    async def reset(self, task: Task, seed: int | None = None) -> Observation:
+    def reset(self, task: Task, seed: int | None = None) -> Awaiting[Observation]:
         if self._reset:
             raise EpisodeOrderError(
                 "reset() called twice: an environment serves one episode; ask the spec for a "
                 "fresh one (spec.new_episode())"
             )
         self._reset = True
-        return await self.env.reset(task, seed)
+        return self.env.reset(task, seed)
 
     async def step(self, action: Action) -> StepResult:
         if not self._reset:
@@ -164,13 +180,13 @@ class OrderEnforcing(Wrapper):
         self._ended = result.done or result.truncated
         return result
 
-    async def grade(self) -> Reward | None:
+    def grade(self) -> Awaiting[Reward | None]:
         self._check_graded("grade")
-        return await self.env.grade()
+        return self.env.grade()
 
-    async def regrade(self) -> Reward | None:
+    def regrade(self) -> Awaiting[Reward | None]:
         self._check_graded("regrade")
-        return await self.env.regrade()
+        return self.env.regrade()
 
     def _check_graded(self, what: str) -> None:
         if not self._reset:

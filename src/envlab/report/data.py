@@ -88,8 +88,8 @@ def episode_detail(t: Trajectory, strings: _Strings, max_chars: int) -> dict[str
             step["te"] = s.tool_errors
         if s.info:
             step["info"] = _clip(s.info, max_chars)
-        if s.action_info:
-            step["ai"] = _clip(s.action_info, max_chars)
+        if s.action.info:
+            step["ai"] = _clip(s.action.info, max_chars)
         steps.append(step)
     out: dict[str, Any] = {
         "id": t.episode_id,

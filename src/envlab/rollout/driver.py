@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -124,12 +125,37 @@ async def run_episodes(
                 on_trajectory(planned, traj)
 
     try:
-        async with asyncio.TaskGroup() as group:
-            for _ in range(min(concurrency, max(len(plan), 1))):
-                group.create_task(worker())
+        with frozen_heap():
+            async with asyncio.TaskGroup() as group:
+                for _ in range(min(concurrency, max(len(plan), 1))):
+                    group.create_task(worker())
     except BaseExceptionGroup as eg:
         raise _first_cause(eg) from eg
     return [t for t in results if t is not None]
+
+
+_freezes = 0
+
+
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Exempt what exists before the episodes (modules, specs, tasks, a model's weights) from
+    the collector's full passes while they run.
+
+    A full collection walks every tracked object; with torch or a tokenizer imported that is
+    millions, tens of milliseconds per pass, and the episodes' short-lived objects trigger one
+    every couple of thousand episodes (``bench/overhead.py``). Nested and concurrent runs share
+    one freeze; the last to finish gives the objects back to the collector."""
+    global _freezes
+    if _freezes == 0:
+        gc.freeze()
+    _freezes += 1
+    try:
+        yield
+    finally:
+        _freezes -= 1
+        if _freezes == 0:
+            gc.unfreeze()
 
 
 async def _check_privileges(plan: list[PlannedEpisode]) -> None:

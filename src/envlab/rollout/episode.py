@@ -52,6 +52,31 @@ _KIND_OF_PHASE = {"reset": "env", "step": "env", "start": "agent", "act": "agent
 class Attempt:
     """One try at an episode; ``run_episode`` retries it on ``infra_error`` and fills in ids."""
 
+    __slots__ = (
+        "_engine_index",
+        "agent",
+        "agent_s",
+        "agent_spec",
+        "cfg",
+        "env",
+        "env_s",
+        "error",
+        "hooks",
+        "info",
+        "limits",
+        "make_agent",
+        "messages",
+        "phase",
+        "seed",
+        "spec",
+        "status",
+        "step_rewards",
+        "steps",
+        "task",
+        "tool_errors",
+        "tools",
+    )
+
     def __init__(
         self,
         spec: EnvSpec,
@@ -195,32 +220,20 @@ class Attempt:
         self.tool_errors += n_err
         self.step_rewards += result.reward
         obs = result.observation
-        self._engine_index.append(len(self.messages))
         self.steps.append(
             StepRecord(
                 index=len(self.steps),
                 message_index=action.info.pop("message_index", None),
-                action={
-                    "text": action.text,
-                    "tool_calls": [
-                        {"id": c.id, "name": c.name, "arguments": c.arguments}
-                        for c in action.tool_calls
-                    ],
-                },
-                observation={
-                    "text": obs.text,
-                    "tool_results": [
-                        {**r.to_message(), "is_error": r.is_error} for r in obs.tool_results
-                    ],
-                },
+                action=action,
+                observation=obs,
                 reward=result.reward,
                 tool_errors=n_err,
                 info=result.info,
-                action_info=action.info,
                 agent_s=agent_s,
                 env_s=env_s,
             )
         )
+        self._engine_index.append(len(self.messages))
         self.messages.append(action.to_message())
         self.messages.extend(obs.to_messages())
 

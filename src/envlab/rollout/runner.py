@@ -20,7 +20,13 @@ from envlab.core import (
     Trajectory,
 )
 from envlab.rollout.config import EpisodeConfig
-from envlab.rollout.driver import PlannedEpisode, episode_ids_in_group, group_id, run_episodes
+from envlab.rollout.driver import (
+    PlannedEpisode,
+    episode_ids_in_group,
+    frozen_heap,
+    group_id,
+    run_episodes,
+)
 from envlab.runs import (
     RUN_FILE,
     TRAJECTORIES_FILE,
@@ -80,38 +86,35 @@ async def rollout(
     cfg = config or EpisodeConfig()
     run_dir = Path(out_dir)
     info = _run_info(spec, agent.spec, tasks, seed, samples, concurrency, cfg, command)
-    store = TrajectoryStore(run_dir / TRAJECTORIES_FILE)
-    store.lock()  # before reading anything: what we read stays true until we are done
-    try:
-        existing, notes = _resume_state(run_dir, info, store, resume)
-        write_run_info(run_dir, info)
-        # infra errors are not the agent's: a resumed run tries those episodes again
-        done_ids = {t.episode_id for t in existing if t.status != Status.INFRA_ERROR.value}
-        existing = [t for t in existing if t.episode_id in done_ids]
-        todo = []
-        for task in tasks:
-            group = group_id(info.env_id, info.env_hash, task.id, seed)
-            for s in range(samples):
-                ids = episode_ids_in_group(group, s)
-                if ids[0] not in done_ids:
-                    todo.append(PlannedEpisode(task, s, ids, agent))
-        total = len(tasks) * samples
-        if observer is not None:
-            observer.started(total, existing)
-        records: list[EpisodeRecord] = []
-
-        def keep(planned: PlannedEpisode, traj: Trajectory) -> None:
-            store.append(traj)
-            rec = traj.record()
-            records.append(rec)
+    with frozen_heap():  # the plan and the episodes: what exists now is not garbage
+        store = TrajectoryStore(run_dir / TRAJECTORIES_FILE)
+        store.lock()  # before reading anything: what we read stays true until we are done
+        try:
+            existing, notes = _resume_state(run_dir, info, store, resume)
+            write_run_info(run_dir, info)
+            # infra errors are not the agent's: a resumed run tries those episodes again
+            done_ids = {t.episode_id for t in existing if t.status != Status.INFRA_ERROR.value}
+            existing = [t for t in existing if t.episode_id in done_ids]
+            todo = _plan(tasks, samples, info, agent, done_ids)
+            total = len(tasks) * samples
             if observer is not None:
-                observer.finished(rec)
+                observer.started(total, existing)
+            records: list[EpisodeRecord] = []
 
-        t0 = time.perf_counter()
-        with store:
-            await run_episodes(spec, todo, config=cfg, concurrency=concurrency, on_trajectory=keep)
-    finally:
-        store.close()
+            def keep(planned: PlannedEpisode, traj: Trajectory) -> None:
+                store.append(traj)
+                rec = traj.record()
+                records.append(rec)
+                if observer is not None:
+                    observer.finished(rec)
+
+            t0 = time.perf_counter()
+            with store:
+                await run_episodes(
+                    spec, todo, config=cfg, concurrency=concurrency, on_trajectory=keep
+                )
+        finally:
+            store.close()
     return RolloutResult(
         run_dir=run_dir,
         info=info,
@@ -121,6 +124,20 @@ async def rollout(
         elapsed_s=time.perf_counter() - t0,
         notes=notes,
     )
+
+
+def _plan(
+    tasks: TaskSet, samples: int, info: RunInfo, agent: AgentFactory, done: set[str]
+) -> list[PlannedEpisode]:
+    """The episodes still to run, in task order, with their deterministic ids."""
+    todo = []
+    for task in tasks:
+        group = group_id(info.env_id, info.env_hash, task.id, info.seed)
+        for s in range(samples):
+            ids = episode_ids_in_group(group, s)
+            if ids[0] not in done:
+                todo.append(PlannedEpisode(task, s, ids, agent))
+    return todo
 
 
 def _run_info(
