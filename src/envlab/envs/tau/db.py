@@ -60,7 +60,7 @@ def _create(conn: sqlite3.Connection, schema: Schema) -> None:
         for op, row in (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD")):
             conn.execute(
                 f'CREATE TRIGGER "{table}_{op.lower()}" AFTER {op} ON "{table}" BEGIN '
-                f"INSERT OR IGNORE INTO _changes VALUES ('{table}', {row}.id); END"
+                f"INSERT INTO _changes VALUES ('{table}', {row}.id) ON CONFLICT DO NOTHING; END"
             )
         for key in schema.indexes.get(table, ()):
             conn.execute(
