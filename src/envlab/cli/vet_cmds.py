@@ -143,6 +143,7 @@ def print_report(report, out_dir: Path) -> None:  # type: ignore[no-untyped-def]
         out().print(f"  [{_VERDICT_STYLE[t.verdict]}]{t.task_id}[/]: {reason}")
     if len(lines) > 20:
         out().print(f"  ... and {len(lines) - 20} more tasks with findings (see vet.json)")
+    print_baseline_passes(report)
     for c in report.env_checks:
         out().print(f"[{_STYLE[c.status]}]{c.status:>4}[/] {c.name}: {c.summary}")
     counts = ", ".join(f"{k} {v}" for k, v in report.verdict_counts.items() if v)
@@ -153,11 +154,43 @@ def print_report(report, out_dir: Path) -> None:  # type: ignore[no-untyped-def]
     )
 
 
+BASELINE_LINES = 60
+"""Tasks a baseline passes, listed one a line before the rest is left to ``vet.json``."""
+
+
+def print_baseline_passes(report) -> None:  # type: ignore[no-untyped-def]
+    """Every task a no-op, empty-answer or spam agent passes, with the reward components it
+    satisfied there (the ``baseline_passes`` environment check's evidence)."""
+    check = next((c for c in report.env_checks if c.name == "baseline_passes"), None)
+    by_task = check.evidence.get("by_task", {}) if check is not None else {}
+    if not by_task:
+        return
+    counts = ", ".join(f"{p} {n}" for p, n in check.evidence.get("counts", {}).items())
+    out().print(
+        f"[bold]tasks passed by an agent that does no work[/] ({counts}; reward >= 1; "
+        "components satisfied):"
+    )
+    rows = list(by_task.items())
+    for task_id, probes in rows[:BASELINE_LINES]:
+        parts = [
+            f"[yellow]{p}[/] {o['reward']:g} ({', '.join(o['satisfied']) or 'no component'})"
+            for p, o in probes.items()
+        ]
+        out().print(f"  {task_id}: " + "; ".join(parts))
+    if len(rows) > BASELINE_LINES:
+        out().print(
+            f"  ... and {len(rows) - BASELINE_LINES} more tasks (vet.json: baseline_passes)"
+        )
+
+
 def exposed_to(task) -> list[str]:  # type: ignore[no-untyped-def]
-    """The probes that won on a task: hacks the verifier did not defend, leaks that copy."""
+    """The probes that won on a task: a baseline that passes (no-op, empty answer, spam),
+    hacks the verifier did not defend, leaks that copy."""
     names: list[str] = []
     for c in task.checks:
-        if c.name == "tamper":
+        if c.name in ("noop", "spam") and c.status == "fail":
+            names += c.evidence.get("passed", [])
+        elif c.name == "tamper":
             names += sorted(c.evidence.get("winning_probes", {}))
         elif c.name == "answer_leak":
             copies = c.evidence.get("copies", {})

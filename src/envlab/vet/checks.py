@@ -81,17 +81,49 @@ def noop_baseline(ev: TaskEvidence) -> float:
     )
 
 
+def probe_outcome(t: Trajectory) -> dict[str, Any]:
+    """One probe episode as evidence: its reward, whether it passed (``PASS_THRESHOLD``), and
+    the reward components it satisfied (scored ``PASS_THRESHOLD`` or more)."""
+    return {
+        "reward": t.reward,
+        "status": t.status.value,
+        "passed": t.scored and is_pass(t.reward, PASS_THRESHOLD),
+        "components": dict(t.components),
+        "satisfied": sorted(k for k, v in t.components.items() if v >= PASS_THRESHOLD),
+        "gated_by": t.gated_by,
+    }
+
+
+def passes(ev: TaskEvidence, probes: Sequence[str]) -> list[str]:
+    return [p for p in probes if any(probe_outcome(t)["passed"] for t in ev.by_probe.get(p, []))]
+
+
+def satisfied_text(ev: TaskEvidence, probe: str) -> str:
+    outcomes = [probe_outcome(t) for t in ev.by_probe.get(probe, [])]
+    best = max(outcomes, key=lambda o: o["reward"] or 0.0, default=None)
+    if best is None or not best["satisfied"]:
+        return ""
+    return f"; satisfied: {', '.join(best['satisfied'])}"
+
+
 def check_noop(ev: TaskEvidence) -> CheckResult:
     probes = ["noop", "empty_answer"] if ev.kind == "taskfolder" else ["noop"]
     got = {p: ev.rewards(p) for p in probes if p in ev.by_probe}
     scored = {p: [r for r in v if r is not None] for p, v in got.items()}
     if not any(scored.values()):
         return result("noop", "n/a", "no scored no-op episode (see verifier_health)", rewards=got)
+    evidence: dict[str, Any] = {
+        "rewards": got,
+        "passed": passes(ev, probes),
+        "episodes": {p: [probe_outcome(t) for t in ev.by_probe[p]] for p in got},
+    }
     bad = {p: v for p, v in scored.items() if any(r > 0 for r in v)}
     if bad:
         names = ", ".join(bad)
-        return result("noop", "fail", f"doing nothing scores above 0 ({names})", rewards=got)
-    return result("noop", "pass", "doing nothing scores 0", rewards=got)
+        why = "passes" if evidence["passed"] else "scores above 0"
+        more = satisfied_text(ev, next(iter(bad)))
+        return result("noop", "fail", f"doing nothing {why} ({names}){more}", **evidence)
+    return result("noop", "pass", "doing nothing scores 0", **evidence)
 
 
 def check_oracle(ev: TaskEvidence) -> CheckResult:

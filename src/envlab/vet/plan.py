@@ -108,6 +108,9 @@ class TamperThenOracleAgent(Agent):
         return self._queue.pop(0) if self._queue else Action(text="done")
 
 
+MAX_CONSTANT = 64
+"""The longest answer the most-common-answer strategy gives."""
+
 NOOP = AgentClass(NoopAgent)
 ORACLE = AgentClass(OracleAgent)
 ECHO_PROMPT = AgentClass(EchoPromptAgent)
@@ -179,8 +182,13 @@ def plan_task_folder(
 
 def constant_agents(tasks: list[Task]) -> dict[str, AgentFactory]:
     """Answers a lazy agent would try on every task (0, 1, yes, no, and the most common one),
-    each with the agents that give it."""
-    answers = [answer_text(t.answer) for t in tasks if t.answer is not None]
+    each with the agents that give it. Only a plain answer (a number or a short text) can be
+    the most common one: a record of hidden data (τ's gold actions) is no answer to give."""
+    answers = [
+        answer_text(t.answer)
+        for t in tasks
+        if isinstance(t.answer, str | int | float) and len(answer_text(t.answer)) <= MAX_CONSTANT
+    ]
     common = [a for a, _ in Counter(answers).most_common(1)]
     out: dict[str, AgentFactory] = {}
     for a in ["0", "1", "yes", "no", *common]:
@@ -189,11 +197,18 @@ def constant_agents(tasks: list[Task]) -> dict[str, AgentFactory]:
 
 
 def plan_python_env(
-    task: Task, constants: dict[str, AgentFactory], *, oracle_runs: int
+    task: Task,
+    constants: dict[str, AgentFactory],
+    *,
+    oracle_runs: int,
+    spam: AgentFactory | None = None,
 ) -> list[Episode]:
-    """Baselines (an empty final answer), the reference answer, and the trivial strategies:
-    every constant answer (one shared agent per constant) and the echoed prompt."""
+    """Baselines (an empty final answer; with ``spam``, every read tool on every id found,
+    all of it repeated to the user), the reference answer, and the trivial strategies: every
+    constant answer (one shared agent per constant) and the echoed prompt."""
     episodes = [Episode(task, "noop", NOOP)]
+    if spam is not None:
+        episodes.append(Episode(task, "spam", spam))
     episodes += [Episode(task, "oracle", ORACLE, i, regrade=i == 0) for i in range(oracle_runs)]
     episodes += [Episode(task, f"constant_{c}", agent) for c, agent in constants.items()]
     episodes.append(Episode(task, "echo_prompt", ECHO_PROMPT))

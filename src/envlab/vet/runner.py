@@ -32,10 +32,12 @@ from envlab.runs import TRAJECTORIES_FILE, TrajectoryStore, safe_name
 from envlab.vet import checks as C
 from envlab.vet import exposure as X
 from envlab.vet import python_checks as P
+from envlab.vet import spam as S
 from envlab.vet.folders import folder_context, plan_informed, scan, task_folder
 from envlab.vet.hacks import has_python_targets
 from envlab.vet.model import CheckResult, EnvCheck, EnvVet, TaskVet
 from envlab.vet.plan import Episode, constant_agents, plan_python_env, plan_task_folder
+from envlab.vet.spam import spam_agents
 from envlab.vet.verdict import quality_score, task_verdict, verdict_counts
 
 VET_FILE = "vet.json"
@@ -96,11 +98,14 @@ async def vet_environment(
                 await _vet_folders(run, tasks, evidence, listener.port)
             else:
                 constants = constant_agents(tasks)
+                spam = await spam_agents(spec, tasks)
                 await run.episodes(
                     [
                         e
                         for t in tasks
-                        for e in plan_python_env(t, constants, oracle_runs=cfg.oracle_runs)
+                        for e in plan_python_env(
+                            t, constants, oracle_runs=cfg.oracle_runs, spam=spam.get(t.id)
+                        )
                     ],
                     evidence,
                 )
@@ -175,6 +180,7 @@ def _report(
         ev = evidence[task.id]
         results: list[CheckResult] = [
             C.check_noop(ev),
+            S.check_spam(ev),
             C.check_oracle(ev),
             C.check_regrade(ev),
             X.check_tamper(ev),
@@ -187,6 +193,7 @@ def _report(
         ]
         task_vets.append(task_verdict(task.id, results))
     env_checks: list[EnvCheck] = [
+        S.baseline_passes(tasks, evidence),
         train.env_check,
         P.adequacy(tasks, evidence, agent is not None, cfg),
     ]
