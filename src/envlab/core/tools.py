@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
@@ -129,12 +130,31 @@ def example_arguments(parameters: dict[str, Any]) -> dict[str, Any]:
 
 
 def tool_spec(fn: Callable[..., Any], name: str | None = None) -> ToolSpec:
-    """Derive a ``ToolSpec`` from a function's signature and docstring."""
+    """Derive a ``ToolSpec`` from a function's signature and docstring.
+
+    The published schema is pydantic's, put in the plain form of a hand-written function schema
+    (OpenAI's examples, τ-bench's ``tools.json``), by one rule applied at every level:
+
+    - nested models (``typing_extensions.TypedDict`` or pydantic models, their fields described
+      by ``Field(description=...)``) are inlined where they are used: no ``$defs``/``$ref``; the
+      class's own title and docstring are not published (the parameter's description is);
+    - no ``title``; a boolean ``additionalProperties`` (open/closed object) is not published,
+      while a schema-valued one (the value type of ``dict[str, X]``) is kept. Extra arguments
+      are still refused by the validator (``parse_arguments``): at the top level and inside
+      TypedDicts (a pydantic model keeps its own ``extra`` setting);
+    - ``Literal[...]`` is an ``enum`` (also a ``Literal`` of one value); an enum the tool checks
+      itself (to answer a wrong value its own way) is
+      ``Annotated[str, Field(json_schema_extra={"enum": [...]})]``;
+    - keys in the order ``type, enum, description, items, properties, required``, then the rest
+      (``default``, ...); the top level always has ``properties`` and ``required``;
+    - descriptions are unwrapped: line breaks inside a docstring paragraph are wrapping, so a
+      paragraph becomes one line (paragraphs of the summary stay apart, by a blank line).
+    """
     doc = docstring_parser.parse(inspect.getdoc(fn) or "")
-    param_docs = {p.arg_name: (p.description or "") for p in doc.params}
+    param_docs = {p.arg_name: _unwrap(p.description or "") for p in doc.params}
     sig = inspect.signature(fn)
     try:
-        hints = get_type_hints(fn)
+        hints = get_type_hints(fn, include_extras=True)
     except Exception as e:  # unresolved forward references are an authoring bug
         raise TypeError(f"cannot resolve type hints of tool {fn.__qualname__}: {e}") from e
     fields: dict[str, Any] = {}
@@ -150,17 +170,67 @@ def tool_spec(fn: Callable[..., Any], name: str | None = None) -> ToolSpec:
         __config__=ConfigDict(extra="forbid", strict=False),
         **fields,
     )
-    schema = model.model_json_schema()
-    schema.pop("title", None)
-    for prop in schema.get("properties", {}).values():
-        prop.pop("title", None)
+    raw = model.model_json_schema()
+    schema = _plain(raw, raw.get("$defs", {}), (), tool_name)
     schema.setdefault("properties", {})
-    description = " ".join(x for x in (doc.short_description, doc.long_description) if x)
+    schema.setdefault("required", [])
+    schema = _ordered(schema)
+    sep = "\n\n" if doc.blank_after_short_description else "\n"
+    summary = sep.join(x for x in (doc.short_description, doc.long_description) if x)
     return ToolSpec(
         name=tool_name,
-        description=description.strip(),
+        description=_unwrap(summary),
         parameters=schema,
         model=model,
         attr=fn.__name__,
         writes=bool(getattr(fn, _WRITES_MARK, False)),
     )
+
+
+_KEY_ORDER = {
+    k: i for i, k in enumerate(("type", "enum", "description", "items", "properties", "required"))
+}
+_SUBSCHEMA = ("items", "not", "additionalProperties")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+
+
+def _unwrap(text: str) -> str:
+    """Docstring text with one line per paragraph (a line break inside a paragraph is wrapping)."""
+    paragraphs = (" ".join(p.split()) for p in re.split(r"\n[ \t]*\n", text))
+    return "\n\n".join(p for p in paragraphs if p)
+
+
+def _ordered(node: dict[str, Any]) -> dict[str, Any]:
+    return dict(sorted(node.items(), key=lambda kv: _KEY_ORDER.get(kv[0], len(_KEY_ORDER))))
+
+
+def _plain(
+    node: dict[str, Any], defs: dict[str, Any], inlining: tuple[str, ...], tool_name: str
+) -> dict[str, Any]:
+    """One schema node in plain form (see ``tool_spec``); ``inlining``: the $defs being inlined
+    around it (a model that contains itself cannot be inlined)."""
+    if "$ref" in node:
+        ref = node["$ref"].rsplit("/", 1)[-1]
+        if ref in inlining or ref not in defs:
+            raise TypeError(
+                f"tool {tool_name}: the type {ref} refers to itself (or is unknown), so its "
+                "schema cannot be inlined; use a non-recursive type for tool parameters"
+            )
+        own = {k: v for k, v in defs[ref].items() if k not in ("title", "description")}
+        siblings = {k: v for k, v in node.items() if k != "$ref"}
+        return _plain({**own, **siblings}, defs, (*inlining, ref), tool_name)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("title", "$defs") or (key == "additionalProperties" and isinstance(value, bool)):
+            continue
+        if key == "properties":
+            out[key] = {p: _plain(s, defs, inlining, tool_name) for p, s in value.items()}
+        elif key in _SUBSCHEMA and isinstance(value, dict):
+            out[key] = _plain(value, defs, inlining, tool_name)
+        elif key in _SUBSCHEMA_LISTS:
+            out[key] = [_plain(s, defs, inlining, tool_name) for s in value]
+        elif key == "const":
+            out.setdefault("enum", [value])
+        else:
+            out[key] = value
+    return _ordered(out)
