@@ -123,3 +123,26 @@ async def test_graders_see_a_grading_context_not_the_environment() -> None:
         {"name": "repeat", "arguments": {"text": "o", "times": 2}, "result": "oo"},
         {"name": "nope", "error": "unknown tool 'nope'. Available tools: explode, repeat, wait"},
     )
+
+
+async def test_the_tool_log_holds_what_was_sent_even_when_the_tool_edits_it() -> None:
+    """A tool that fills in its arguments in place (τ-bench's flight updates do) must not
+    rewrite the record of the call a grader reads."""
+    from envlab.core.tools import tool
+
+    class Editing(EchoEpisode):
+        @tool
+        def book(self, legs: list[dict[str, str]]) -> str:
+            """Book legs.
+
+            Args:
+                legs: The legs.
+            """
+            for leg in legs:
+                leg["price"] = "100"
+            return "booked"
+
+    env = echo_with(Editing).new_episode()
+    await env.reset(EchoEnv().tasks()[0])
+    await env.step(Action(tool_calls=[ToolCall("book", '{"legs": [{"flight": "HAT1"}]}')]))
+    assert env.tool_log[-1]["arguments"] == {"legs": [{"flight": "HAT1"}]}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -26,6 +26,7 @@ _VERDICT_STYLE = {
 
 async def _vet_one(
     env_name: str,
+    env_config: dict[str, Any],
     agent_name: str | None,
     out_dir: Path,
     cfg: VetConfig,
@@ -38,7 +39,7 @@ async def _vet_one(
     from envlab.cli.progress import RunProgress, VetProgress
     from envlab.vet.runner import vet_environment
 
-    spec = open_env(env_name, {}, sandbox)
+    spec = open_env(env_name, env_config, sandbox)
     factory = None
     if agent_name is not None and agent_name.lower() != "none":
         factory = open_agent(agent_name, {})
@@ -102,14 +103,20 @@ def vet_cmd(
         Path | None, typer.Option("--out", "-o", metavar="DIR", help="Vet directory.")
     ] = None,
     sandbox: Annotated[str | None, _SANDBOX] = None,
+    env_arg: Annotated[
+        list[str] | None,
+        typer.Option("--env-arg", "-e", metavar="KEY=VALUE", help="Environment config (repeat)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print vet.json.")] = False,
 ) -> None:
     """Vet ENV: catch leaking, hackable, broken, trivial and dead tasks; write vet.json."""
+    from envlab.cli.eval_cmd import parse_kv
     from envlab.cli.run_dirs import default_out_dir
 
     cfg = _config(samples, oracle_runs, group_size, concurrency, tasks)
+    env_config = parse_kv(env_arg or [], "--env-arg")
     out_dir = out_dir or default_out_dir("vet", env)
-    report = run_async(_vet_one(env, agent, out_dir, cfg, sandbox, not as_json))
+    report = run_async(_vet_one(env, env_config, agent, out_dir, cfg, sandbox, not as_json))
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
         return
@@ -225,7 +232,7 @@ def arena_cmd(
     reports = []
     for i, name in enumerate(envs):
         where = out_dir / f"{i:02d}-{safe_name(name, 60)}"
-        reports.append(run_async(_vet_one(name, agent, where, cfg, sandbox, not as_json)))
+        reports.append(run_async(_vet_one(name, {}, agent, where, cfg, sandbox, not as_json)))
     ranking = rank(reports)
     page = write_html(ranking, reports, html or out_dir / "arena.html")
     (out_dir / "arena.json").write_text(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -25,6 +26,13 @@ class GradingContext:
     final_answer: str | None
     state: dict[str, Any] = field(default_factory=dict)
     tool_log: tuple[dict[str, Any], ...] = ()
+
+
+def _snapshot(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A copy of parsed arguments that a tool cannot change (nested lists and dicts copied)."""
+    if any(isinstance(v, dict | list) for v in kwargs.values()):
+        return copy.deepcopy(kwargs)
+    return dict(kwargs)
 
 
 class ToolEnv(Environment):
@@ -120,6 +128,7 @@ class ToolEnv(Environment):
                 known = ", ".join(self._tool_specs) or "(none)"
                 raise ToolCallError(f"unknown tool '{call.name}'. Available tools: {known}")
             kwargs = spec.parse_arguments(call.arguments)
+            sent = _snapshot(kwargs)  # the record holds what was sent, even if the tool edits it
             value = getattr(self, spec.attr)(**kwargs)
             if inspect.isawaitable(value):
                 value = await value
@@ -127,7 +136,7 @@ class ToolEnv(Environment):
             self.tool_log.append({"name": call.name, "error": str(e)})
             return ToolResult(call_id, call.name, f"Error: {e}", is_error=True)
         content = value if isinstance(value, str) else repr(value)
-        self.tool_log.append({"name": call.name, "arguments": kwargs, "result": content})
+        self.tool_log.append({"name": call.name, "arguments": sent, "result": content})
         return ToolResult(call_id, call.name, content)
 
     def grading_context(self) -> GradingContext:
