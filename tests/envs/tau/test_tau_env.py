@@ -168,3 +168,25 @@ async def test_the_gold_state_reached_by_other_writes_trips_required_writes() ->
         {**done, "arguments": {**gold["kwargs"], "order_id": "#W0"}, "writes": True, "error": False}
     ]
     assert required_writes(GradingContext(task, None, state)) == 0.0
+
+
+@pytest.mark.parametrize(("cls", "passes"), [(TauAirline, 20)])  # retail: 11/115, in the note
+async def test_a_spam_agent_passes_only_no_change_tasks_under_tau_and_nothing_strict(
+    cls: type[TauSpec], passes: int
+) -> None:
+    """vet's spam probe (every read tool on every id, everything read repeated to the user)
+    passes the tasks whose right outcome changes nothing and whose outputs are in what it read
+    (the published ~40% airline, ~10% retail); ``own_words`` stops it under ``strict``."""
+    from envlab.vet.spam import SpamAgent, spam_budget
+
+    spec = cls()
+    task = spec.tasks()[0]
+    agent = AgentClass(SpamAgent, spam_budget(spec.limits(task)))
+    tau = await run_all(spec, "test", agent)
+    noop = await run_all(spec, "test", AgentClass(NoopAgent))
+    no_change = {t.id for t in spec.tasks() if not t.answer["gold_diff"]}
+    passed = {k for k, r in tau.items() if r == 1.0}
+    assert {k for k, r in noop.items() if r == 1.0} <= passed <= no_change
+    assert len(passed) == passes
+    strict = await run_all(cls(reward="strict"), "test", agent)
+    assert not any(r for r in strict.values())
