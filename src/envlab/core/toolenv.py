@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from envlab.core.environment import Environment
 from envlab.core.errors import EpisodeOrderError, ToolCallError
 from envlab.core.rubric import Reward, Rubric
-from envlab.core.tools import ToolSpec, is_tool, tool_spec
+from envlab.core.tools import ToolSpec, collect_tools
 from envlab.core.types import Action, Observation, StepResult, Task, ToolCall, ToolResult
 
 if TYPE_CHECKING:
@@ -55,13 +55,7 @@ class ToolEnv(Environment):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        specs: dict[str, ToolSpec] = {}
-        for attr in dir(cls):
-            fn = getattr(cls, attr, None)
-            if is_tool(fn):
-                spec = tool_spec(fn)
-                specs[spec.name] = spec
-        cls._tool_specs = specs
+        cls._tool_specs = collect_tools(cls)
 
     def __init__(self, spec: EnvSpec | None = None) -> None:
         self.spec = spec

@@ -41,6 +41,17 @@ def is_tool(obj: Any) -> bool:
     return callable(obj) and hasattr(obj, _TOOL_MARK)
 
 
+def collect_tools(cls: type) -> dict[str, ToolSpec]:
+    """The ``@tool`` methods of ``cls`` (its bases' too), by tool name."""
+    specs: dict[str, ToolSpec] = {}
+    for attr in dir(cls):
+        fn = getattr(cls, attr, None)
+        if is_tool(fn):
+            spec = tool_spec(fn)
+            specs[spec.name] = spec
+    return specs
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
     """One tool: its name, description, JSON schema, and the validator for its arguments."""

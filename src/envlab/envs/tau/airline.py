@@ -21,9 +21,9 @@ from typing import Literal
 
 from envlab.core import ToolCallError
 from envlab.core.tools import tool
-from envlab.envs.tau import airline_calc
 from envlab.envs.tau.airline_changes import ReservationChanges
 from envlab.envs.tau.airline_types import Cabin, Flight, Number, Passenger, Payment
+from envlab.envs.tau.common import CommonTools
 from envlab.envs.tau.db import Record, Schema
 from envlab.envs.tau.tools import DomainTools
 
@@ -45,7 +45,7 @@ AIRPORTS = {
 }  # fmt: skip
 
 
-class AirlineTools(ReservationChanges, DomainTools):
+class AirlineTools(ReservationChanges, CommonTools, DomainTools):
     """τ-bench's airline tools (users, flights, reservations); the ones that change a
     reservation are in ``ReservationChanges``."""
 
@@ -241,27 +241,6 @@ class AirlineTools(ReservationChanges, DomainTools):
             thought: A thought to think about.
         """
         return ""
-
-    @tool
-    def calculate(self, expression: str) -> str:
-        """Calculate the result of a mathematical expression.
-
-        Args:
-            expression: The mathematical expression to calculate, such as '2 + 2'. The
-                expression can contain numbers, operators (+, -, *, /), parentheses, and spaces.
-        """
-        return airline_calc.calculate(expression)
-
-    @tool
-    def transfer_to_human_agents(self, summary: str) -> str:
-        """Transfer the user to a human agent, with a summary of the user's issue. Only transfer
-        if the user explicitly asks for a human agent, or if the user's issue cannot be resolved
-        by the agent with the available tools.
-
-        Args:
-            summary: A summary of the user's issue.
-        """
-        return "Transfer successful"
 
 
 def _connection(first: Record, second: Record, date: str) -> list[Record] | None:

@@ -8,13 +8,13 @@ Tools on orders are in ``retail_orders``; ``RetailTools`` is the domain's whole 
 
 from __future__ import annotations
 
-import ast
 import json
 
 from envlab.core import ToolCallError
 from envlab.core.tools import tool
+from envlab.envs.tau.common import CommonTools
 from envlab.envs.tau.db import Record, Schema
-from envlab.envs.tau.retail_orders import DeliveredOrderTools, PendingOrderTools
+from envlab.envs.tau.retail_orders import DeliveredOrderTools, PendingOrderTools, address
 from envlab.envs.tau.tools import DomainTools
 
 RETAIL_SCHEMA = Schema(
@@ -23,13 +23,11 @@ RETAIL_SCHEMA = Schema(
 )
 """Users are found by email and by name + zip: both lookups go through an index."""
 
-_CALC_CHARS = frozenset("0123456789+-*/(). ")
-_CALC_MAX_BITS = 1_000_000
 """The largest integer (in bits) an expression may reach: ``9**9**9`` is refused at once, where
 τ-bench computes for minutes to answer that the result is too large for a float."""
 
 
-class RetailTools(DomainTools, PendingOrderTools, DeliveredOrderTools):
+class RetailTools(DomainTools, CommonTools, PendingOrderTools, DeliveredOrderTools):
     """The 16 tools of τ-bench's retail agent over the episode's ``db`` (``RETAIL_SCHEMA``)."""
 
     @tool
@@ -137,34 +135,9 @@ class RetailTools(DomainTools, PendingOrderTools, DeliveredOrderTools):
             zip: The zip code, such as '12345'.
         """
         user = self._record("users", user_id, "user")
-        user["address"] = {
-            "address1": address1,
-            "address2": address2,
-            "city": city,
-            "state": state,
-            "country": country,
-            "zip": zip,
-        }
+        user["address"] = address(address1, address2, city, state, country, zip)
         self.db.put("users", user_id, user)
         return json.dumps(user)
-
-    @tool
-    def calculate(self, expression: str) -> str:
-        """Calculate the result of a mathematical expression.
-
-        Args:
-            expression: The mathematical expression to calculate, such as '2 + 2'. The expression
-                can contain numbers, operators (+, -, *, /), parentheses, and spaces.
-        """
-        if not all(char in _CALC_CHARS for char in expression):
-            raise ToolCallError("invalid characters in expression")
-        try:
-            _check_size(expression)
-            # only digits, + - * / ( ) . and spaces reach eval, with no builtins
-            value = eval(expression, {"__builtins__": None}, {})
-            return str(round(float(value), 2))
-        except Exception as e:  # τ-bench answers any failure as "Error: <exception>"
-            raise ToolCallError(str(e)) from None
 
     @tool
     def think(self, thought: str) -> str:
@@ -177,63 +150,8 @@ class RetailTools(DomainTools, PendingOrderTools, DeliveredOrderTools):
         """
         return ""
 
-    @tool
-    def transfer_to_human_agents(self, summary: str) -> str:
-        """Transfer the user to a human agent, with a summary of the user's issue. Only transfer if
-        the user explicitly asks for a human agent, or if the user's issue cannot be resolved by the
-        agent with the available tools.
-
-        Args:
-            summary: A summary of the user's issue.
-        """
-        return "Transfer successful"
-
     def _record(self, table: str, key: str, noun: str) -> Record:
         record = self.db.get(table, key)
         if record is None:
             raise ToolCallError(f"{noun} not found")
         return record
-
-
-def _check_size(expression: str) -> None:
-    """Refuse an expression whose integers could grow past ``_CALC_MAX_BITS`` (a power tower);
-    what does not parse is left to ``eval``, which raises the same error τ-bench shows."""
-    try:
-        tree = ast.parse(expression.lstrip(" \t"), "<string>", "eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return
-    bits: dict[int, int | None] = {}
-    stack: list[tuple[ast.AST, bool]] = [(tree.body, False)]
-    while stack:  # children before parents, without recursion (long sums are deep trees)
-        node, ready = stack.pop()
-        if ready:
-            bits[id(node)] = _int_bits(node, bits)
-        else:
-            stack.append((node, True))
-            stack.extend((child, False) for child in ast.iter_child_nodes(node))
-
-
-def _int_bits(node: ast.AST, bits: dict[int, int | None]) -> int | None:
-    """An upper bound of the bit length of what ``node`` evaluates to if that is an integer;
-    ``None`` when it is a float or an error (``bits``: the bounds of its children). Raises
-    ``OverflowError`` when a bound passes ``_CALC_MAX_BITS``."""
-    if isinstance(node, ast.Constant):
-        return node.value.bit_length() if isinstance(node.value, int) else None
-    if isinstance(node, ast.UnaryOp):
-        return bits[id(node.operand)]
-    if not isinstance(node, ast.BinOp):  # an operator, or a call of a number (eval raises)
-        return None
-    left, right = bits[id(node.left)], bits[id(node.right)]
-    if left is None or right is None or isinstance(node.op, ast.Div):
-        return None
-    if isinstance(node.op, ast.Pow):  # a negative exponent gives a float: still bounded
-        exact = isinstance(node.right, ast.Constant)
-        exponent = node.right.value if exact else 2 ** min(right, 64)  # type: ignore[attr-defined]
-        bound = left * exponent if left > 1 else 1
-    elif isinstance(node.op, ast.Mult):
-        bound = left + right
-    else:  # + - //
-        bound = max(left, right) + 1
-    if bound > _CALC_MAX_BITS:
-        raise OverflowError("int too large to convert to float")
-    return bound

@@ -21,6 +21,18 @@ CancelReason = Annotated[str, Field(json_schema_extra={"enum": list(CANCEL_REASO
 ``Error: invalid reason``, after checking the order."""
 
 
+def address(address1: str, address2: str, city: str, state: str, country: str, zip: str) -> Record:
+    """An address record, its keys in τ-bench's order."""
+    return {
+        "address1": address1,
+        "address2": address2,
+        "city": city,
+        "state": state,
+        "country": country,
+        "zip": zip,
+    }
+
+
 class _OrderAccess:
     db: Database
 
@@ -140,14 +152,7 @@ class PendingOrderTools(_OrderAccess):
             zip: The zip code, such as '12345'.
         """
         order = self._order(order_id, "pending", "modified")
-        order["address"] = {
-            "address1": address1,
-            "address2": address2,
-            "city": city,
-            "state": state,
-            "country": country,
-            "zip": zip,
-        }
+        order["address"] = address(address1, address2, city, state, country, zip)
         self.db.put("orders", order_id, order)
         return json.dumps(order)
 

@@ -6,7 +6,7 @@ import inspect
 from typing import Any, ClassVar
 
 from envlab.core import ToolCallError
-from envlab.core.tools import ToolSpec, is_tool, tool_spec
+from envlab.core.tools import ToolSpec, collect_tools
 from envlab.envs.tau.db import Database
 
 
@@ -22,13 +22,7 @@ class DomainTools:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        specs = {}
-        for attr in dir(cls):
-            fn = getattr(cls, attr, None)
-            if is_tool(fn):
-                spec = tool_spec(fn)
-                specs[spec.name] = spec
-        cls.tool_specs = specs
+        cls.tool_specs = collect_tools(cls)
 
     def call(self, name: str, arguments: dict[str, Any] | str) -> str:
         """Call a tool as the agent would (arguments checked against its schema); the text the
