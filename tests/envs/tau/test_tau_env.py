@@ -127,6 +127,43 @@ async def test_pasting_a_tool_result_to_the_user_trips_own_words() -> None:
     assert tau == 1.0 and strict["own_words"] == 0.0 and strict["total"] == 0.0
 
 
+async def test_a_reformatted_dump_that_holds_the_outputs_trips_stated_outputs() -> None:
+    """The attack on ``own_words``: read the user's orders and their products, repeat every
+    record reformatted (not verbatim), and let the required outputs hide among the values."""
+    import json
+
+    spec = TauRetail()
+    task = next(t for t in spec.tasks() if t.answer["outputs"] and not has_write(t))
+    env = spec.new_episode()
+    await env.reset(task, 0)
+
+    async def read(name: str, **args: str) -> dict:
+        result = await env.step(Action(tool_calls=[ToolCall(name, args)]))
+        return json.loads(result.observation.tool_results[0].content)
+
+    calls = [ToolCall("get_user_details", {"user_id": task.metadata["user_id"]})]
+    records = [await read("get_user_details", user_id=task.metadata["user_id"])]
+    for order_id in records[0]["orders"]:
+        calls.append(ToolCall("get_order_details", {"order_id": order_id}))
+        order = await read("get_order_details", order_id=order_id)
+        records.append(order)
+        for item in order["items"]:
+            calls.append(ToolCall("get_product_details", {"product_id": item["product_id"]}))
+            records.append(await read("get_product_details", product_id=item["product_id"]))
+    lines = [f"{k} = {v}" for r in records for k, v in r.items()]
+    dump = (
+        "Here is everything I found: " + "; ".join(lines) + " " + " ".join(task.answer["outputs"])
+    )
+    actions = [
+        Action(text="May I have your user id?"),
+        *(Action(tool_calls=[c]) for c in calls),
+        Action(text=dump),
+    ]
+    tau, strict = await both(TauRetail, task, actions)
+    assert tau == 1.0 and strict["own_words"] == 1.0  # not verbatim: own_words is blind to it
+    assert strict["stated_outputs"] == 0.0 and strict["total"] == 0.0
+
+
 async def test_a_refusal_without_looking_anything_up_trips_grounded() -> None:
     spec = TauAirline()
     task = first(spec, lambda t: not t.answer["gold_diff"] and not t.answer["outputs"])

@@ -13,6 +13,8 @@ is in the agent's messages to the user (lower case, commas removed, as τ-bench 
   its ``user_id`` argument or the owner of the record it returns;
 - ``no_collateral``: nothing changed outside the records the task changes;
 - ``own_words``: no message to the user pastes a tool's output (a data dump is not an answer);
+- ``stated_outputs``: each required output is in a message that says it, with at most 12 numbers
+  and ids, not buried in a dump (reformatted or not);
 - ``grounded``: where the right outcome changes nothing, the agent looked the user's records up
   (a read with their user id, or one that returns a record they own) and said something to the
   user: a refusal is an answer only when it rests on the facts.
@@ -32,6 +34,9 @@ _YES = re.compile(
 )
 _DUMP_MIN_CHARS = 80
 _USER_ID = re.compile(r"\b[a-z]+_[a-z]+_\d{3,5}\b")
+_VALUE = re.compile(r"#?\b[\w.@-]*\d[\w.@-]*\b")
+"""A number or an id (a token with a digit in it): what a dump of records is made of."""
+_MAX_VALUES = 12
 _OWNER = re.compile(r'"user_id": "([^"]+)"')
 
 
@@ -133,6 +138,21 @@ def own_words(ctx: GradingContext) -> float:
     return float(not any(r in s for r in results for s in said))
 
 
+def stated_outputs(ctx: GradingContext) -> float:
+    """Every required output is told in a message that says it, not one that buries it among
+    many values (a dump of records, reformatted or not): at most ``_MAX_VALUES`` numbers and
+    ids in the message that carries it."""
+    said = [e["text"] for e in _events(ctx, "agent")]
+    for output in ctx.task.answer["outputs"]:
+        needle = output.lower()
+        if not any(
+            needle in s.lower().replace(",", "") and len(set(_VALUE.findall(s))) <= _MAX_VALUES
+            for s in said
+        ):
+            return 0.0
+    return 1.0
+
+
 def _about(event: dict[str, Any], user_id: str) -> bool:
     args = event.get("arguments") or {}
     return args.get("user_id") == user_id or f'"user_id": "{user_id}"' in event["result"]
@@ -167,6 +187,7 @@ STRICT_RUBRIC = Rubric(
         _gate("identity_established", identity_established, "no write before identity known"),
         _gate("no_collateral", no_collateral, "nothing changed outside the task's records"),
         _gate("own_words", own_words, "no tool output pasted to the user"),
+        _gate("stated_outputs", stated_outputs, "each output said, not buried in a dump"),
         _gate("grounded", grounded, "a no-change outcome rests on a lookup and a reply"),
     ]
 )
