@@ -14,6 +14,7 @@ import typer
 
 from envlab.cli.console import run_app
 from envlab.cli.eval_cmd import eval_cmd
+from envlab.cli.export_cmd import export_cmd
 from envlab.cli.gc import gc_cmd
 from envlab.cli.measure_cmds import compare_cmd, report_cmd
 from envlab.cli.serve_model import serve_model_cmd
@@ -110,6 +111,7 @@ app.add_typer(task_app, name="task")
 app.command("serve-model")(serve_model_cmd)
 app.command("arena")(arena_cmd)
 app.command("gc")(gc_cmd)
+app.command("export")(export_cmd)
 
 
 def main() -> None:
