@@ -29,15 +29,25 @@ import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Literal, TypeVar
 
-from envlab.core import Action, ConfigError, EnvSpec, InfraError, Task, ToolCall, Trajectory
+from envlab.core import Action, ConfigError, EnvSpec, InfraError, Task, ToolCall
 from envlab.core.toolenv import ToolEnv
 from envlab.core.tools import ToolSpec
+from envlab.train.rollout_func import EnvlabRollout
+from envlab.train.tasks import TASK_KEY, task_dataset, task_index, task_messages
 
 TRL_VERSION = "1.16.0"
-TASK_KEY = "envlab_task"
-"""The key of the user message of a row's ``prompt`` that names its task (chat templates
-ignore it): ``rollout_func`` receives only the prompts, and needs to know their tasks."""
+"""The TRL release this module was written and tested against (the ``train`` extra pins it)."""
 
+__all__ = [
+    "TASK_KEY",
+    "TRL_VERSION",
+    "EnvlabEnvironment",
+    "EnvlabRollout",
+    "environment_class",
+    "final_answer",
+    "task_dataset",
+    "task_messages",
+]
 _T = TypeVar("_T")
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_guard = threading.Lock()
@@ -52,44 +62,6 @@ def _run(coro: Coroutine[Any, Any, _T]) -> _T:
             _loop = asyncio.new_event_loop()
             threading.Thread(target=_loop.run_forever, name="envlab-trl", daemon=True).start()
     return asyncio.run_coroutine_threadsafe(coro, _loop).result()
-
-
-# --- the dataset ------------------------------------------------------------------------------
-def _opening(spec: EnvSpec, task: Task) -> str:
-    """The first user message when it is the task's prompt (a ``ToolEnv`` that does not
-    override ``prompt``); otherwise ``""``, and ``reset`` supplies it (e.g. a simulated user's
-    opening line: never the task's hidden instruction)."""
-    cls = spec.environment
-    if isinstance(cls, type) and issubclass(cls, ToolEnv) and cls.prompt is ToolEnv.prompt:
-        return task.prompt
-    return ""
-
-
-def task_messages(spec: EnvSpec, task: Task) -> list[dict[str, Any]]:
-    """The conversational prompt of ``task``: the episode's system prompt, then the user turn
-    (its ``TASK_KEY`` names the task)."""
-    system = spec.new_episode().system_prompt()
-    user = {"role": "user", "content": _opening(spec, task), TASK_KEY: task.id}
-    if system:
-        return [{"role": "system", "content": system, TASK_KEY: None}, user]
-    return [user]
-
-
-def task_dataset(spec: EnvSpec, tasks: Sequence[Task]) -> Any:
-    """A ``datasets.Dataset`` of ``tasks``: ``prompt`` (conversational) and ``task_id``."""
-    from datasets import Dataset
-
-    rows = [{"prompt": task_messages(spec, t), "task_id": t.id} for t in tasks]
-    return Dataset.from_list(rows)
-
-
-def _task_index(tasks: Sequence[Task]) -> dict[str, Task]:
-    index: dict[str, Task] = {}
-    for t in tasks:
-        if t.id in index:
-            raise ConfigError(f"two tasks share the id {t.id!r}: task ids must be unique")
-        index[t.id] = t
-    return index
 
 
 # --- environment_factory ----------------------------------------------------------------------
@@ -300,7 +272,7 @@ def environment_class(spec: EnvSpec, tasks: Sequence[Task] | None = None, *, see
         members[name] = _tool_method(tool)
     members.update(
         spec=spec,
-        tasks=_task_index(list(tasks) if tasks is not None else list(spec.tasks(seed=seed))),
+        tasks=task_index(list(tasks) if tasks is not None else list(spec.tasks(seed=seed))),
         seed=seed,
         __doc__=f"{spec.name} for TRL: reset(**row), its tools, get_reward().",
     )
@@ -326,137 +298,3 @@ def final_answer(
         if isinstance(env, EnvlabEnvironment):
             env._give_answer(_final_text(completion))
     return [None] * len(completions)
-
-
-# --- rollout_func -----------------------------------------------------------------------------
-def _group_of(prompts: list[Any]) -> list[int]:
-    """Sample index of each row: TRL repeats each prompt num_generations times, consecutively."""
-    out: list[int] = []
-    for i, p in enumerate(prompts):
-        out.append(out[-1] + 1 if i and p == prompts[i - 1] else 0)
-    return out
-
-
-class EnvlabRollout:
-    """``GRPOTrainer(rollout_func=EnvlabRollout(spec, tasks), reward_funcs=[rollout.reward])``."""
-
-    def __init__(
-        self,
-        spec: EnvSpec,
-        tasks: Sequence[Task],
-        *,
-        seed: int = 0,
-        temperature: float = 1.0,
-        max_turns: int = 8,
-        max_tokens_per_turn: int | None = None,
-        concurrency: int = 4,
-        config: Any = None,
-        on_trajectories: Callable[[list[Trajectory]], None] | None = None,
-    ) -> None:
-        self.spec, self.tasks, self.seed = spec, _task_index(tasks), seed
-        self.temperature, self.max_turns = temperature, max_turns
-        self.max_tokens_per_turn, self.concurrency, self.config = (
-            max_tokens_per_turn,
-            concurrency,
-            config,
-        )
-        self.on_trajectories = on_trajectories
-        self.calls = 0
-        self.last: list[Trajectory] = []
-
-    def _task_of(self, prompt: Any) -> Task:
-        ids = [m.get(TASK_KEY) for m in prompt if isinstance(m, dict) and m.get(TASK_KEY)]
-        if not ids or ids[-1] not in self.tasks:
-            raise ConfigError(
-                "a prompt names no known task: build the dataset with "
-                "envlab.train.trl.task_dataset(spec, tasks) and pass the same tasks here"
-            )
-        return self.tasks[ids[-1]]
-
-    def agents(self, trainer: Any) -> Any:
-        from envlab.train.policy import PolicyAgents
-
-        step = int(trainer.state.global_step)
-        budget = int(trainer.max_completion_length)
-        return PolicyAgents(
-            trainer.model,
-            trainer.processing_class,
-            model_id=f"{type(trainer.model).__name__}@step{step}",
-            temperature=self.temperature,
-            max_tokens=self.max_tokens_per_turn or budget,
-            max_turns=self.max_turns,
-            max_episode_tokens=budget,
-        )
-
-    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        from envlab.rollout import PlannedEpisode, episode_ids_in_group, run_episodes
-
-        agents = self.agents(trainer)
-        env_hash = self.spec.content_hash()
-        samples = _group_of(prompts)
-        plan = []
-        for i, (prompt, sample) in enumerate(zip(prompts, samples, strict=True)):
-            task = self._task_of(prompt)
-            key = (
-                f"{self.spec.name}\0{env_hash}\0{task.id}\0{self.seed}\0{self.calls}\0{i - sample}"
-            )
-            group = hashlib.sha256(key.encode()).hexdigest()[:16]
-            step = int(trainer.state.global_step)
-            info = {"trainer_step": step, "policy_version": step}
-            plan.append(
-                PlannedEpisode(task, sample, episode_ids_in_group(group, sample), agents, info=info)
-            )
-        self.calls += 1
-        trajs = asyncio.run(
-            run_episodes(self.spec, plan, config=self.config, concurrency=self.concurrency)
-        )
-        self.last = trajs
-        if self.on_trajectories is not None:
-            self.on_trajectories(trajs)
-        return _token_fields(trajs, trainer.processing_class)
-
-    @property
-    def reward(self) -> Callable[..., list[float | None]]:
-        def envlab_reward(
-            completions: list[Any], envlab_reward: list[Any], **_: Any
-        ) -> list[float | None]:
-            """The episodes' valid grades; None for unscored ones (env or infra error)."""
-            return list(envlab_reward)
-
-        return envlab_reward
-
-
-def _token_fields(trajs: list[Trajectory], tokenizer: Any) -> dict[str, list[Any]]:
-    """TRL's rollout output: the token view of each trajectory, its reward and status.
-
-    An unscored episode (env or infra error) has reward ``None`` (TRL leaves it out of the
-    baseline, advantage 0) and its mask zeroed; an episode without a token view (no model turn
-    finished) gets one masked end-of-turn token, and its reward if it was scored."""
-    out: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "prompt_ids",
-            "completion_ids",
-            "logprobs",
-            "env_mask",
-            "envlab_reward",
-            "envlab_status",
-        )
-    }
-    eos = tokenizer.eos_token_id
-    for t in trajs:
-        tv, scored = t.tokens, t.scored
-        if tv is not None and tv.completion_ids:
-            prompt, completion = list(tv.prompt_ids), list(tv.completion_ids)
-            logprobs = list(tv.logprobs) or [0.0] * len(completion)
-            mask = list(tv.loss_mask) if scored else [0] * len(completion)
-        else:  # scored still counts in its group's baseline; nothing to train on
-            prompt = list(tv.prompt_ids) if tv is not None and tv.prompt_ids else [eos]
-            completion, logprobs, mask = [eos], [0.0], [0]
-        out["prompt_ids"].append(prompt)
-        out["completion_ids"].append(completion)
-        out["logprobs"].append(logprobs)
-        out["env_mask"].append(mask)
-        out["envlab_reward"].append(float(t.reward) if scored and t.reward is not None else None)
-        out["envlab_status"].append(str(t.status))
-    return out
