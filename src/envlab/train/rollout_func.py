@@ -22,12 +22,15 @@ from envlab.core import ConfigError, EnvSpec, Task, Trajectory
 from envlab.train.tasks import TASK_KEY, task_index
 
 
-def _group_of(prompts: list[Any]) -> list[int]:
-    """Sample index of each row: TRL repeats each prompt num_generations times, consecutively."""
-    out: list[int] = []
-    for i, p in enumerate(prompts):
-        out.append(out[-1] + 1 if i and p == prompts[i - 1] else 0)
-    return out
+def _samples(prompts: list[Any], n: int) -> list[int]:
+    """Sample index of each row in its group: TRL's sampler repeats each prompt
+    ``num_generations`` times in a row (``RepeatSampler(mini_repeat_count=...)``)."""
+    if len(prompts) % n:
+        raise ConfigError(f"{len(prompts)} rows do not make groups of num_generations={n}")
+    for start in range(0, len(prompts), n):
+        if any(p != prompts[start] for p in prompts[start : start + n]):
+            raise ConfigError("a group's rows have different prompts: is this TRL's sampler?")
+    return [i % n for i in range(len(prompts))]
 
 
 class EnvlabRollout:
@@ -39,7 +42,7 @@ class EnvlabRollout:
         tasks: Sequence[Task],
         *,
         seed: int = 0,
-        temperature: float = 1.0,
+        temperature: float | None = None,
         max_turns: int = 8,
         max_tokens_per_turn: int | None = None,
         concurrency: int = 4,
@@ -75,7 +78,7 @@ class EnvlabRollout:
             trainer.model,
             trainer.processing_class,
             model_id=f"{type(trainer.model).__name__}@step{step}",
-            temperature=self.temperature,
+            temperature=self.temperature if self.temperature is not None else trainer.temperature,
             max_tokens=self.max_tokens_per_turn or budget,
             max_turns=self.max_turns,
             max_episode_tokens=budget,
@@ -86,7 +89,11 @@ class EnvlabRollout:
 
         agents = self.agents(trainer)
         env_hash = self.spec.content_hash()
-        samples = _group_of(prompts)
+        training = bool(trainer.model.training)
+        samples = _samples(
+            prompts, trainer.num_generations if training else trainer.num_generations_eval
+        )
+        step = int(trainer.state.global_step)
         plan = []
         for i, (prompt, sample) in enumerate(zip(prompts, samples, strict=True)):
             task = self._task_of(prompt)
@@ -94,8 +101,7 @@ class EnvlabRollout:
                 f"{self.spec.name}\0{env_hash}\0{task.id}\0{self.seed}\0{self.calls}\0{i - sample}"
             )
             group = hashlib.sha256(key.encode()).hexdigest()[:16]
-            step = int(trainer.state.global_step)
-            info = {"trainer_step": step, "policy_version": step}
+            info = {"trainer_step": step, "policy_version": step, "training": training}
             plan.append(
                 PlannedEpisode(task, sample, episode_ids_in_group(group, sample), agents, info=info)
             )
