@@ -130,3 +130,16 @@ def test_scan_counts_what_the_report_counts(run: RunDir, tmp_path: Path) -> None
     scan = scan_run(run)
     assert report.n_rows == sum(len(g.members) for g in scan.groups.values())
     assert report.n_rows + scan.n_unscored == scan.n_episodes
+
+
+def test_a_pair_from_different_prompts_is_not_a_preference(tmp_path: Path, tok: Any) -> None:
+    from tests.export.runs import PLAN, trajectory, write_run
+
+    trajs = [trajectory(tok, ep) for ep in PLAN]
+    for t in trajs:  # g0's worst sample saw another system prompt
+        if t.episode_id == "g0-1":
+            t.messages[0] = {"role": "system", "content": "Another prompt."}
+    run = RunDir(write_run(tmp_path / "r", trajs))
+    got, report = export(run, tmp_path / "dpo.jsonl", format="dpo", min_margin=0.25)
+    assert [p["group_id"] for p in got] == ["g3"]
+    assert report["skipped"]["chosen and rejected start from different prompts"] == 1
