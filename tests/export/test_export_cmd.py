@@ -49,3 +49,15 @@ def test_wrong_arguments_say_what_to_do(run: RunDir, tmp_path: Path) -> None:
     assert r.returncode == 2 and "--out FILE" in r.stderr
     r = envlab(str(tmp_path / "nowhere"), "--check")
     assert r.returncode == 2 and "no run directory" in r.stderr
+
+
+def test_the_export_code_imports_nothing_heavy() -> None:
+    code = (
+        "import sys, envlab, envlab.export, envlab.cli.main\n"
+        "heavy = ('torch', 'trl', 'pyarrow', 'transformers', 'datasets', 'rich', 'llama_cpp')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env()
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "[]", (r.stdout, r.stderr)
