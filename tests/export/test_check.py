@@ -74,6 +74,13 @@ def test_envlab_export_check_reports_it(drifted: RunDir, tokenizer_dir: Path) ->
     table = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert table.returncode == 1 and "10.0%" in table.stdout
     assert "episode g0-2 turn 1" in " ".join(table.stderr.split())
+    # a tokens export of the run is refused (exit 2, no file), or writes it marked
+    out = drifted.path.parent / "tokens.jsonl"
+    export = [*cmd[:-3], "--format", "tokens", "--out", str(out), *cmd[-2:]]
+    r = subprocess.run(export, capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2 and "episode g0-2 turn 1" in r.stderr and not out.exists()
+    r = subprocess.run([*export, "--mark-drift"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and len(out.read_text().splitlines()) == 10, r.stderr
 
 
 def test_a_tokens_export_refuses_or_marks_it(

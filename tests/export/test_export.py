@@ -143,3 +143,17 @@ def test_a_pair_from_different_prompts_is_not_a_preference(tmp_path: Path, tok: 
     got, report = export(run, tmp_path / "dpo.jsonl", format="dpo", min_margin=0.25)
     assert [p["group_id"] for p in got] == ["g3"]
     assert report["skipped"]["chosen and rejected start from different prompts"] == 1
+
+
+def test_a_recorded_policy_version_is_exported(tmp_path: Path, tok: Any) -> None:
+    from tests.export.runs import PLAN, trajectory, write_run
+
+    trajs = [trajectory(tok, ep) for ep in PLAN]
+    for t in trajs:
+        t.info["policy_version"] = 7 if t.group_id == "g0" else None
+    run = RunDir(write_run(tmp_path / "r", trajs))
+    got, _ = export(run, tmp_path / "t.jsonl", format="tokens", drift="off")
+    assert {r["episode_id"]: r["policy_version"] for r in got if r["group_id"] == "g0"} == {
+        "g0-0": "7", "g0-1": "7", "g0-2": "7", "g0-3": "7",
+    }  # fmt: skip
+    assert all(r["policy_version"] is None for r in got if r["group_id"] != "g0")
