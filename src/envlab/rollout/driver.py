@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import gc
 import hashlib
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,6 +136,7 @@ async def run_episodes(
 
 
 _freezes = 0
+_freeze_lock = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -144,18 +146,20 @@ def frozen_heap() -> Iterator[None]:
 
     A full collection walks every tracked object; with torch or a tokenizer imported that is
     millions, tens of milliseconds per pass, and the episodes' short-lived objects trigger one
-    every couple of thousand episodes (``bench/overhead.py``). Nested and concurrent runs share
-    one freeze; the last to finish gives the objects back to the collector."""
+    every couple of thousand episodes (``bench/overhead.py``). Nested and concurrent runs (other
+    threads too) share one freeze; the last to finish gives the objects back to the collector."""
     global _freezes
-    if _freezes == 0:
-        gc.freeze()
-    _freezes += 1
+    with _freeze_lock:
+        if _freezes == 0:
+            gc.freeze()
+        _freezes += 1
     try:
         yield
     finally:
-        _freezes -= 1
-        if _freezes == 0:
-            gc.unfreeze()
+        with _freeze_lock:
+            _freezes -= 1
+            if _freezes == 0:
+                gc.unfreeze()
 
 
 async def _check_privileges(plan: list[PlannedEpisode]) -> None:
