@@ -101,6 +101,8 @@ class TransformersPolicy:
             max_new_tokens=max(1, max_new),
             eos_token_id=eos,
             pad_token_id=pad,
+            output_scores=True,
+            return_dict_in_generate=True,
         )
         was_training = self.model.training
         self.model.eval()
@@ -112,8 +114,6 @@ class TransformersPolicy:
                     input_ids=ids,
                     attention_mask=torch.ones_like(ids),
                     generation_config=config,
-                    output_scores=True,
-                    return_dict_in_generate=True,
                 )
         finally:
             self.model.train(was_training)
