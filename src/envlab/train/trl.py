@@ -143,6 +143,7 @@ class EnvlabEnvironment:
     def __init__(self) -> None:
         self._env: Any = None
         self._task: Task | None = None
+        self._resets = 0
         self._clear()
 
     def _clear(self) -> None:
@@ -165,7 +166,9 @@ class EnvlabEnvironment:
         self._clear()
         self._task = task
         self._env = wrap_for_limits(self.spec.new_episode(), self.spec.limits(task))
-        seed = int(hashlib.sha256(f"{self.seed}:{task_id}:{id(self)}".encode()).hexdigest()[:8], 16)
+        self._resets += 1  # the episode seed: deterministic per instance and task
+        key = f"{self.seed}:{task_id}:{self._resets}"
+        seed = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
         try:
             obs = _run(self._env.reset(task, seed))
         except Exception as e:  # the environment failed, not the agent: unscored
