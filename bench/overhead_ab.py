@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
 import statistics
@@ -25,24 +24,15 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checkout import load as checkout_of
+
 
 async def _worker(checkout: Path, episodes: int) -> None:
     """Run one round per line on stdin; print ``[cpu_us, wall_us]`` added per episode."""
-    spec = importlib.util.spec_from_file_location("overhead", checkout / "bench" / "overhead.py")
-    assert spec is not None and spec.loader is not None
-    overhead = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(overhead)
-    from envlab.agents.scripted import OracleAgent
-    from envlab.envs.arith import ArithEnv
     from envlab.rollout import rollout
 
-    try:  # the agent factory of the current contract; a bare agent before it
-        from envlab.core import AgentClass
-
-        agent = AgentClass(OracleAgent)
-    except ImportError:
-        agent = OracleAgent()
-    env = ArithEnv()
+    overhead, env, agent = checkout_of(checkout)
     tasks = env.tasks(n=episodes // 4)
     with tempfile.TemporaryDirectory() as tmp:
         for r, _ in enumerate(sys.stdin):

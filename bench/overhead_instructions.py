@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import os
 import re
 import subprocess
@@ -21,23 +20,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checkout import load as checkout_of
+
 
 async def _child(checkout: Path, mode: str, episodes: int) -> None:
-    spec = importlib.util.spec_from_file_location("overhead", checkout / "bench" / "overhead.py")
-    assert spec is not None and spec.loader is not None
-    overhead = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(overhead)
-    from envlab.agents.scripted import OracleAgent
-    from envlab.envs.arith import ArithEnv
     from envlab.rollout import rollout
 
-    try:  # the agent factory of the current contract; a bare agent before it
-        from envlab.core import AgentClass
-
-        agent = AgentClass(OracleAgent)
-    except ImportError:
-        agent = OracleAgent()
-    env = ArithEnv()
+    overhead, env, agent = checkout_of(checkout)
     with tempfile.TemporaryDirectory() as tmp:
         warm = env.tasks(n=5)  # lazy imports and caches before what is counted
         await overhead.hand_loop(env, warm, 4, 32, Path(tmp) / "warm.jsonl")
