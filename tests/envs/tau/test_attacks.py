@@ -355,3 +355,68 @@ async def test_a_write_then_revert_of_another_users_record_is_still_gated() -> N
     tau, strict = await both(TauRetail, task, [*script[:-1], *extra, script[-1]])
     assert tau == 1.0 and strict["no_collateral"] == 1.0  # net: nothing changed
     assert strict["identity_established"] == 0.0 and strict["total"] == 0.0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE: an Action whose text is not a str (a custom harness's None) crashes the "
+    "scripted user inside env.step: env_error, not counted, though the agent sent it",
+)
+async def test_an_action_with_no_text_is_the_agents_failure() -> None:
+    traj = await play(TauRetail(reward="strict"), Script([Action(text=None)]))  # type: ignore[arg-type]
+    assert traj.status.scored, (traj.status, traj.error)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE: the scripted user leaves (###STOP###) on any 'can't'/'unable to', even in "
+    "a clarifying question: an honest agent that asks again is cut off mid-task",
+)
+async def test_a_clarifying_question_does_not_end_the_conversation() -> None:
+    ask = "I can't find an order with that number. Could you check the order id, please?"
+    traj = await play(TauRetail(), Script([Action(text=ask)]))
+    assert "###STOP###" not in traj.steps[0].observation.text
+
+
+_SLOW_GRADE = """
+import asyncio
+from envlab.core import Action
+from envlab.envs.tau.spec import TauRetail
+
+async def main() -> None:
+    spec = TauRetail(reward="strict")
+    task = next(t for t in spec.tasks() if t.answer["outputs"])
+    env = spec.new_episode()
+    await env.reset(task, 0)
+    await env.step(Action(text=task.answer["outputs"][0] + " " + "a." * 30_000))
+    print((await env.grade()).total)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE: rewards._VALUE backtracks quadratically on a run like 'a.a.a...' (60 KB: "
+    "about a minute, 8 KB: 1 s), in the event loop: one message stalls every concurrent "
+    "episode, whose own deadlines then fire (their TIMEOUT is scored as their agents' failure)",
+)
+def test_grading_a_60kb_message_is_not_quadratic() -> None:
+    """Not a timing assertion on a normal path: linear grading of 60 KB takes milliseconds,
+    the limit is the subprocess's start plus a large margin."""
+    import subprocess
+    import sys
+
+    from tests.conftest import subprocess_env
+
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _SLOW_GRADE],
+            capture_output=True,
+            text=True,
+            env=subprocess_env(),
+            timeout=10,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("grading one 60 KB message took more than 10 s")
+    assert proc.returncode == 0, proc.stderr
