@@ -420,3 +420,31 @@ def test_grading_a_60kb_message_is_not_quadratic() -> None:
     except subprocess.TimeoutExpired:
         pytest.fail("grading one 60 KB message took more than 10 s")
     assert proc.returncode == 0, proc.stderr
+
+
+def _mutants(kwargs: dict) -> list[dict]:
+    out = []
+    for k, v in kwargs.items():
+        alts: list[object] = ["", -5, 0, 10**9]
+        if isinstance(v, list):
+            alts += [[], v[:-1], v * 2, [v[0]] * 3] if v else [[]]
+        out += [{**kwargs, k: a} for a in alts]
+    return out
+
+
+async def test_mutated_gold_writes_are_answered_never_raised() -> None:
+    """Defended: schema-valid but wrong arguments (empty, negative, huge, lists cut, doubled)
+    on every gold write of airline test are a result or the agent's tool error, never the
+    environment's exception (which would make the episode env_error, not counted)."""
+    spec = TauAirline()
+    for task in spec.tasks():
+        for gold in task.answer["actions"]:
+            if gold["name"] not in task.metadata["write_tools"]:
+                continue
+            for kwargs in _mutants(gold["kwargs"]):
+                env = spec.new_episode()
+                await env.reset(task, 0)
+                try:
+                    await env.call_tool(ToolCall(gold["name"], kwargs))
+                finally:
+                    await env.close()
