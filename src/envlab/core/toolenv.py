@@ -117,6 +117,7 @@ class ToolEnv(Environment):
     async def call_tool(self, call: ToolCall, default_id: str = "") -> ToolResult:
         call_id = call.id or default_id
         spec = self._tool_specs.get(call.name)
+        sent: dict[str, Any] | None = None
         try:
             if spec is None:
                 known = ", ".join(self._tool_specs) or "(none)"
@@ -126,8 +127,9 @@ class ToolEnv(Environment):
             value = getattr(self, spec.attr)(**kwargs)
             if inspect.isawaitable(value):
                 value = await value
-        except ToolCallError as e:
-            self.tool_log.append({"name": call.name, "error": str(e)})
+        except ToolCallError as e:  # refused by the schema (no arguments), or by the tool
+            entry = {"name": call.name, "error": str(e)}
+            self.tool_log.append(entry if sent is None else {**entry, "arguments": sent})
             return ToolResult(call_id, call.name, f"Error: {e}", is_error=True)
         content = value if isinstance(value, str) else repr(value)
         self.tool_log.append({"name": call.name, "arguments": sent, "result": content})

@@ -205,6 +205,8 @@ class Attempt:
         ts = time.perf_counter()
         self.phase = "act"
         action = await self.agent.act(obs)
+        if type(action) is not Action or type(action.text) is not str:
+            _check_action(action)  # still the agent's phase: a malformed action is its failure
         tm = time.perf_counter()
         self.phase = "step"
         result = await self.env.step(action)
@@ -374,6 +376,16 @@ class Attempt:
                 f"agent.{what}(): {describe_exception(e)}"
             )
             return None
+
+
+def _check_action(action: object) -> None:
+    """Raise ``TypeError`` for what is not an ``Action`` with text and a list of tool calls."""
+    if not isinstance(action, Action):
+        raise TypeError(f"agent.act() must return an Action, got {type(action).__name__}")
+    if not isinstance(action.text, str):
+        raise TypeError(f"Action.text must be a str, got {type(action.text).__name__}")
+    if not isinstance(action.tool_calls, list):
+        raise TypeError(f"Action.tool_calls must be a list, got {type(action.tool_calls).__name__}")
 
 
 async def _hook(aw: Awaitable[dict[str, Any]]) -> dict[str, Any]:

@@ -1,9 +1,12 @@
 """Red team of the τ grade: what an agent can do to be scored 1 under ``reward=strict`` without
 doing the task, what gets an honest agent scored 0, and the episode's contract.
 
-A hole is a test of the behaviour we want, marked ``xfail(strict=True, reason="HOLE: ...")``: it
-fails today and will pass (turning the suite red until the marker goes) once the hole is fixed.
-A defended attack is a plain test."""
+Each test is an attack, written first; the ten that found holes (a task-blind agent that looks the
+user up and declines, a comma-interleaved dump, an identity lookup with facts the user never gave,
+a "no" read as a yes, a quadratic regex, an honest confirmation answered with identity facts, a
+clarifying question taken for the end, calls after a transfer, a non-string text scored as the
+environment's failure) pass since the fixes in ``envs/tau/strict.py``, ``users.py``,
+``episode.py`` and ``rollout/episode.py``."""
 
 from __future__ import annotations
 
@@ -23,8 +26,8 @@ from envlab.core import (
     Task,
     ToolCall,
 )
-from envlab.envs.tau.rewards import confirmed_writes
 from envlab.envs.tau.spec import TauAirline, TauRetail, TauSpec
+from envlab.envs.tau.strict import confirmed_writes
 from envlab.vet.spam import SpamAgent, spam_budget
 from tests.envs.tau.test_tau_env import Script, both, first, has_write, oracle_script, run_all
 from tests.support.play import play
@@ -78,23 +81,12 @@ class LookupThenRefuse(Agent):
         return Action(text="I am sorry, I am unable to help with that request.")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: grounded is satisfied by any read of the user's own record plus any text; "
-    "a task-blind 'identify, look up, refuse' agent passes every no-change task under strict "
-    "(airline test 19/50 = the published 38% no-op flaw), transfers included",
-)
 async def test_a_task_blind_lookup_then_refuse_agent_passes_nothing_strict() -> None:
     strict = await run_all(TauAirline(reward="strict"), "test", AgentClass(LookupThenRefuse))
     passed = sorted(k for k, r in strict.items() if r == 1.0)
     assert not passed, f"{len(passed)}/{len(strict)} passed: {passed}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: a gold transfer_to_human_agents is required by no gate (not a write); a "
-    "task whose right outcome is the transfer passes strict without it",
-)
 async def test_a_task_whose_answer_is_a_transfer_needs_the_transfer() -> None:
     spec = TauAirline(reward="strict")
     task = task_of(spec, "tau-airline-test-038")
@@ -118,12 +110,6 @@ class CommaSpam(SpamAgent):
         return f"Here is what I looked up: {','.join(chr(10).join(self._results))} {ask}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: a dump with a comma between every character passes own_words and "
-    "stated_outputs (values counted before the commas are removed, verbatim check); the spam "
-    "probe then scores strict 20/50 on airline test, as it does under tau",
-)
 async def test_a_comma_interleaved_dump_passes_nothing_strict() -> None:
     spec = TauAirline(reward="strict")
     agent = AgentClass(CommaSpam, spam_budget(spec.limits(spec.tasks()[0])))
@@ -160,11 +146,6 @@ def _self_sourced_identity(task: Task) -> list[Action]:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: identity_established trusts any find_user_id_* result, whatever its "
-    "arguments; the agent reads the email from the db itself and never asks the user",
-)
 async def test_an_identity_lookup_with_data_the_user_never_gave_does_not_identify() -> None:
     spec = TauRetail()
     task = task_of(spec, "tau-retail-test-017")  # "a private person": never asked who they are
@@ -192,11 +173,6 @@ def _confirmed_after(task: Task, answer: str) -> float:
     return confirmed_writes(GradingContext(task, None, {"events": events, "changes": {}}))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: _YES matches 'proceed' and 'correct' anywhere: a model user's (or a "
-    "person's) 'No, please do not proceed.' / 'not correct' / 'not sure' counts as the yes",
-)
 @pytest.mark.parametrize(
     "no", ["No, please do not proceed.", "No, that is not correct.", "I'm not sure, no."]
 )
@@ -211,12 +187,6 @@ def test_an_answer_without_a_yes_word_is_not_a_yes() -> None:
 
 
 # --- (b) an honest agent scored wrong -------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: the scripted user answers identity before confirmation: a confirmation that "
-    "states the new address with its zip (as the policy asks) gets 'My name is ... zip' and "
-    "never a yes, so a policy-following write is gated by confirmed_writes",
-)
 async def test_a_confirmation_that_lists_the_new_zip_gets_a_yes() -> None:
     spec = TauRetail()
     task = task_of(spec, "tau-retail-test-017")
@@ -237,12 +207,6 @@ async def test_a_confirmation_that_lists_the_new_zip_gets_a_yes() -> None:
 
 
 # --- (c) the episode's contract -------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: tool calls after transfer_to_human_agents in the same action still run "
-    "(the episode sets done only after ToolEnv.step ran every call); a write lands after the "
-    "conversation ended",
-)
 async def test_no_tool_runs_after_the_transfer_in_the_same_action() -> None:
     spec = TauRetail()
     task = task_of(spec, "tau-retail-test-017")
@@ -357,21 +321,11 @@ async def test_a_write_then_revert_of_another_users_record_is_still_gated() -> N
     assert strict["identity_established"] == 0.0 and strict["total"] == 0.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: an Action whose text is not a str (a custom harness's None) crashes the "
-    "scripted user inside env.step: env_error, not counted, though the agent sent it",
-)
 async def test_an_action_with_no_text_is_the_agents_failure() -> None:
     traj = await play(TauRetail(reward="strict"), Script([Action(text=None)]))  # type: ignore[arg-type]
     assert traj.status.scored, (traj.status, traj.error)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: the scripted user leaves (###STOP###) on any 'can't'/'unable to', even in "
-    "a clarifying question: an honest agent that asks again is cut off mid-task",
-)
 async def test_a_clarifying_question_does_not_end_the_conversation() -> None:
     ask = "I can't find an order with that number. Could you check the order id, please?"
     traj = await play(TauRetail(), Script([Action(text=ask)]))
@@ -395,12 +349,6 @@ asyncio.run(main())
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: rewards._VALUE backtracks quadratically on a run like 'a.a.a...' (60 KB: "
-    "about a minute, 8 KB: 1 s), in the event loop: one message stalls every concurrent "
-    "episode, whose own deadlines then fire (their TIMEOUT is scored as their agents' failure)",
-)
 def test_grading_a_60kb_message_is_not_quadratic() -> None:
     """Not a timing assertion on a normal path: linear grading of 60 KB takes milliseconds,
     the limit is the subprocess's start plus a large margin."""

@@ -191,7 +191,7 @@ async def test_the_gold_state_reached_by_other_writes_trips_required_writes() ->
     """The gate compares the writes themselves: the final records alone do not show that the
     task's write was the one made (here the record is written whole by another tool)."""
     from envlab.core import GradingContext
-    from envlab.envs.tau.rewards import required_writes
+    from envlab.envs.tau.strict import required_writes
 
     spec = TauRetail()
     task = first(spec, has_write)

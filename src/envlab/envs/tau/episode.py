@@ -17,11 +17,9 @@ from envlab.core import (
     ToolResult,
 )
 from envlab.envs.tau.db import Database, Schema
-from envlab.envs.tau.rewards import IDENTITY_TOOLS
+from envlab.envs.tau.rewards import IDENTITY_TOOLS, TRANSFER
 from envlab.envs.tau.tools import DomainTools
 from envlab.envs.tau.users import STOP, Facts, UserSimulator
-
-TRANSFER = "transfer_to_human_agents"
 
 
 class TauEpisode(ToolEnv, DomainTools):
@@ -65,10 +63,7 @@ class TauEpisode(ToolEnv, DomainTools):
         if self.task is None or self.user is None:
             raise EpisodeOrderError("step() called before reset(); call reset(task) first")
         if action.tool_calls:
-            result = await super().step(action)
-            if any(c.name == TRANSFER for c in action.tool_calls):
-                self.done = result.done = True
-            return result
+            return await super().step(action)
         if self.done:
             raise EpisodeOrderError("step() called after the conversation ended")
         self.n_steps += 1
@@ -83,6 +78,8 @@ class TauEpisode(ToolEnv, DomainTools):
 
     async def call_tool(self, call: ToolCall, default_id: str = "") -> ToolResult:
         result = await super().call_tool(call, default_id)
+        if call.name == TRANSFER and not result.is_error:
+            self.done = True  # the conversation is over: no later call of the action runs
         spec = self._tool_specs.get(call.name)
         logged = self.tool_log[-1]
         self.events.append(

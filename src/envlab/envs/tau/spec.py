@@ -15,7 +15,7 @@ from envlab.envs.tau.airline import AIRLINE_SCHEMA, AirlineTools
 from envlab.envs.tau.db import data_file, load_json
 from envlab.envs.tau.episode import TauEpisode
 from envlab.envs.tau.retail import RETAIL_SCHEMA, RetailTools
-from envlab.envs.tau.rewards import RUBRICS
+from envlab.envs.tau.strict import RUBRICS, gradable
 from envlab.envs.tau.users import ScriptedUser, UserSimulator
 
 
@@ -23,7 +23,7 @@ class TauConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     reward: Literal["tau", "strict"] = "tau"
-    """``tau``: τ-bench's reward; ``strict``: envlab's, with gates (``envs/tau/rewards.py``)."""
+    """``tau``: τ-bench's reward; ``strict``: envlab's, with gates (``envs/tau/strict.py``)."""
     user: Literal["scripted", "model"] = "scripted"
     user_model: str | None = None
     """The model-backed user's model, ``openai:MODEL@URL`` (with ``user=model``)."""
@@ -80,8 +80,10 @@ class TauSpec(EnvSpec):
             )
         writes = sorted(n for n, s in self.environment.tool_specs.items() if s.writes)
         rows = load_json(self.domain, f"tasks_{split}.json")
-        tasks = [_task(self.name, split, row, writes) for row in rows[:n]]
-        return TaskSet(tasks, seed=seed, name=self.name)
+        tasks = [_task(self.name, split, row, writes) for row in rows]
+        if self.config.reward == "strict":  # nothing to check: see strict.gradable
+            tasks = [t for t in tasks if gradable(t)]
+        return TaskSet(tasks[:n], seed=seed, name=self.name)
 
     def make_user(self, task: Task, seed: int | None) -> UserSimulator:
         cfg = self.config

@@ -25,10 +25,16 @@ _ASKS_CONFIRM = re.compile(
     r"yes/no|\(yes\)|is that correct|is this correct|correct\?)",
     re.I,
 )
-_DONE = re.compile(
+_SUCCESS = re.compile(
     r"\b(successfully|has been (?:cancelled|canceled|updated|modified|changed|booked|processed|"
     r"exchanged|returned|refunded|sent)|is now (?:cancelled|canceled|booked|updated)|"
-    r"transferr(?:ed|ing) you|unable to|cannot|can't|not able to|not eligible|not allowed)\b",
+    r"transferr(?:ed|ing) you)\b",
+    re.I,
+)
+_REFUSAL = re.compile(r"\b(unable to|cannot|can't|not able to|not eligible|not allowed)\b", re.I)
+_ASKS_IDENTITY = re.compile(
+    r"\b(your|the) (user ?id|user_id|e-?mail(?: address)?|(?:full )?name|zip(?: code)?)\b"
+    r"|\b(identify|verify|authenticate) you",
     re.I,
 )
 
@@ -132,14 +138,16 @@ class ScriptedUser(UserSimulator):
         self.turns += 1
         if self.turns > self.max_turns:
             return f"I have to go now, thanks. {STOP}"
-        text = agent_message.lower()
-        identity = self._identity(text)
-        if identity:
-            return identity
+        if _ASKS_IDENTITY.search(agent_message):
+            identity = self._identity(agent_message.lower())
+            if identity:
+                return identity
         if _ASKS_CONFIRM.search(agent_message):
             self.confirmed += 1
             return "Yes, please proceed."
-        if _DONE.search(agent_message):
+        if _SUCCESS.search(agent_message) or (
+            _REFUSAL.search(agent_message) and "?" not in agent_message
+        ):
             return f"Thank you, that is all. {STOP}"
         return "Could you please help me with my request?"
 
@@ -153,7 +161,7 @@ class ScriptedUser(UserSimulator):
         if ("name" in text or "zip" in text) and f.first_name:
             zip_part = f" and my zip code is {f.zip}" if f.zip else ""
             parts.append(f"My name is {f.first_name} {f.last_name}{zip_part}.")
-        if not parts and ("identity" in text or "verify" in text or "authenticate" in text):
+        if not parts:
             return self._any_identity()
         return " ".join(parts) or None
 
