@@ -33,13 +33,13 @@ from typing import Any
 
 from envlab.core import Component, GradingContext, Rubric, Task
 from envlab.envs.tau.rewards import IDENTITY_TOOLS, TAU_COMPONENTS, TAU_RUBRIC, TRANSFER, events
+from envlab.envs.tau.users import USER_ID
 
 _YES = re.compile(
     r"^\W*(yes|yeah|yep|sure|ok(?:ay)?|confirm(?:ed)?|correct|go ahead|please (?:do|proceed))\b",
     re.I,
 )
 _NEGATION = re.compile(r"\b(no|not|don't|do not|never|wait)\b", re.I)
-_USER_ID = re.compile(r"\b[a-z]+_[a-z]+_\d{3,5}\b")
 _OWNER = re.compile(r'"user_id": "([^"]+)"')
 _TOKEN = re.compile(r"[\w.@#-]+")
 _DUMP_MIN_CHARS = 80
@@ -136,7 +136,7 @@ def identity_established(ctx: GradingContext) -> float:
     said = ""  # what the user has said so far, lower case
     for e in ctx.state["events"]:
         if e["by"] == "user":
-            known.update(_USER_ID.findall(e["text"]))
+            known.update(USER_ID.findall(e["text"]))
             said += " " + e["text"].lower()
         elif e["by"] != "tool" or e["error"]:
             continue

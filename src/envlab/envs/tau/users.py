@@ -15,7 +15,8 @@ from typing import Any
 STOP = "###STOP###"
 
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+")
-_USER_ID = re.compile(r"\b[a-z]+_[a-z]+_\d{3,5}\b")
+USER_ID = re.compile(r"\b[a-z]+_[a-z]+_\d{3,5}\b")
+"""A τ user id (``mia_li_3668``)."""
 _NAME = re.compile(
     r"(?:You are|You're|Your name is|You name is|called|named)\s+([A-Z][a-z]+) ([A-Z][a-z]+)\b"
 )
@@ -73,7 +74,7 @@ class Facts:
     @classmethod
     def of(cls, instruction: str) -> Facts:
         facts = cls()
-        if m := _USER_ID.search(instruction):
+        if m := USER_ID.search(instruction):
             facts.user_id = m.group(0)
         if m := _EMAIL.search(instruction):
             facts.email = " or ".join(e.rstrip(".") for e in _EMAIL.findall(instruction))
