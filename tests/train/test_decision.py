@@ -1,0 +1,323 @@
+"""The decision model: hashed features, the frozen-snapshot agents, the learner's update,
+its checkpoints and the ``decision`` agent entry point."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envlab.agents import load_agent
+from envlab.core import (
+    Action,
+    AgentFactory,
+    ConfigError,
+    EpisodeContext,
+    Observation,
+    Status,
+    StepRecord,
+    Trajectory,
+)
+from envlab.train.features import featurize, parse_fields, parse_options, time_bucket
+from envlab.train.learner import Group, Learner
+
+torch = pytest.importorskip("torch")
+
+from envlab.train.decision import (  # noqa: E402
+    DecisionConfig,
+    DecisionLearner,
+    DecisionPolicy,
+    decision,
+    load_policy,
+    read_decision,
+)
+
+OPTIONS = ("page_oncall", "open_incident", "queue_team", "auto_remediate", "close_duplicate")
+SMALL = DecisionConfig(dim=1 << 10, hidden=16, lr=0.05, seed=3)
+
+
+def ticket(
+    service: str = "checkout",
+    severity: str = "sev2",
+    tier: str = "enterprise",
+    codes: str = "E503, DB_TIMEOUT",
+    time: str = "03:40",
+    text: str = "Checkout pages time out since the deploy",
+    options: tuple[str, ...] = OPTIONS,
+) -> str:
+    return (
+        "Route this operations ticket to exactly one of the options.\n\n"
+        f"service: {service}\nseverity: {severity}\ncustomer_tier: {tier}\n"
+        f"error_codes: {codes}\ntime: {time}\ntext: {text}\n\n"
+        f"Options: {', '.join(options)}\nAnswer with exactly one option name.\n"
+    )
+
+
+# a toy rule per ticket: the option worth 1 (all others 0)
+TOY = {
+    ticket(severity="sev1"): "page_oncall",
+    ticket(severity="sev3", tier="free", codes="none"): "queue_team",
+    ticket(
+        severity="sev2", codes="DUP_OF_4411", text="same as the earlier ticket"
+    ): "close_duplicate",
+    ticket(service="search", severity="sev3", codes="DISK_FULL", time="14:05"): "auto_remediate",
+}
+
+
+def act(factory: AgentFactory, prompt: str, seed: int) -> Action:
+    async def go() -> Action:
+        agent = factory.new_agent()
+        await agent.start(EpisodeContext(task_id="t", prompt=prompt, tools=[], seed=seed))
+        try:
+            return await agent.act(Observation(text=prompt))
+        finally:
+            await agent.close()
+
+    return asyncio.run(go())
+
+
+def trajectory(
+    factory: AgentFactory, prompt: str, action: Action, reward: float, i: int
+) -> Trajectory:
+    return Trajectory(
+        episode_id=f"ep-{i}",
+        task_id="t",
+        group_id="g",
+        sample_index=i,
+        reward=reward,
+        status=Status.OK,
+        env_id="toy",
+        env_hash="h",
+        seed=i,
+        agent=factory.spec,
+        messages=[{"role": "user", "content": prompt}, action.to_message()],
+        steps=[StepRecord(index=0, message_index=1, action=action)],
+    )
+
+
+def toy_batch(learner: DecisionLearner, step: int, size: int = 6) -> list[Group]:
+    """One group per toy ticket, played by the learner's current policy."""
+    groups = []
+    factory = learner.policy()
+    for g, (prompt, best) in enumerate(TOY.items()):
+        trajs = []
+        for s in range(size):
+            a = act(factory, prompt, seed=step * 1000 + g * 100 + s)
+            trajs.append(trajectory(factory, prompt, a, float(a.text == best), s))
+        groups.append(Group(g, f"g{g}", f"t{g}", learner.version, tuple(trajs)))
+    return groups
+
+
+# --- features ---------------------------------------------------------------------------------
+def test_features_parse_the_ticket_format() -> None:
+    p = ticket(codes="none", time="23:59")
+    assert parse_options(p) == OPTIONS
+    fields = parse_fields(p)
+    assert fields["severity"] == "sev2" and fields["text"].startswith("Checkout")
+    assert "options" not in fields
+    names = set(featurize(p, 1 << 12).names)
+    assert {"severity=sev2", "error_codes=none", "tod=evening", "w:deploy", "b:time out"} <= names
+    assert "customer_tier=enterprise&severity=sev2" in names  # a pairwise cross
+    codes = set(featurize(ticket(), 1 << 12).names)
+    assert {"error_codes=e503", "error_codes=db_timeout"} <= codes
+    assert time_bucket("03:40") == ("night", "03") and time_bucket("noon") == ("?", "?")
+
+
+def test_a_prompt_without_options_line_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="Options:"):
+        parse_options("service: checkout\nseverity: sev1\n")
+    with pytest.raises(ConfigError, match="no options"):
+        parse_options("Options: , \n")
+
+
+def test_features_are_the_same_in_another_process() -> None:
+    p = ticket()
+    here = list(featurize(p, 1 << 14).indices)
+    code = (
+        "import json, sys; from envlab.train.features import featurize; "
+        "print(json.dumps(list(featurize(sys.stdin.read(), 1 << 14).indices)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        input=p,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "12345", "PATH": "/usr/bin:/bin"},
+    )
+    assert json.loads(out.stdout) == here
+    assert len(set(here)) > 20  # not all in one bucket
+
+
+def test_the_uniform_policy_never_imports_torch() -> None:
+    code = (
+        "import sys, asyncio\n"
+        "from envlab.train.decision import decision\n"
+        "from envlab.core import EpisodeContext, Observation\n"
+        "f = decision()\n"
+        "a = f.new_agent()\n"
+        f"p = {ticket()!r}\n"
+        "asyncio.run(a.start(EpisodeContext(task_id='t', prompt=p, tools=[], seed=1)))\n"
+        "act = asyncio.run(a.act(Observation(text=p)))\n"
+        "assert act.text in p, act\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- agents and snapshots ---------------------------------------------------------------------
+def test_the_learner_is_a_learner_and_its_agents_answer_an_option() -> None:
+    learner = DecisionLearner(OPTIONS, SMALL)
+    assert isinstance(learner, Learner) and learner.version == 0
+    a = act(learner.policy(), ticket(), seed=5)
+    assert a.text in OPTIONS and OPTIONS[a.info["choice"]] == a.text
+    assert a.info["logprob"] < 0
+    assert learner.policy().spec.name == "decision"
+    assert learner.policy().spec.weights_hash
+
+
+def test_an_agent_made_before_a_step_acts_the_same_after_it() -> None:
+    learner = DecisionLearner(OPTIONS, SMALL)
+    before = learner.policy()
+    made = before.new_agent()  # made before the steps, started after them
+    seen = [act(before, p, seed=s) for p in TOY for s in range(5)]
+    for step in range(5):
+        learner.step(toy_batch(learner, step))
+    assert learner.version == 5
+    assert learner.policy().spec.weights_hash != before.spec.weights_hash
+    again = [act(before, p, seed=s) for p in TOY for s in range(5)]
+    assert [(a.text, a.info["logprob"]) for a in again] == [
+        (a.text, a.info["logprob"]) for a in seen
+    ]
+    assert made.spec == before.spec and before.version == 0
+
+
+def test_same_seed_and_batches_give_identical_weights() -> None:
+    a, b = DecisionLearner(OPTIONS, SMALL), DecisionLearner(OPTIONS, SMALL)
+    for step in range(4):
+        batch = toy_batch(a, step)
+        ma, mb = a.step(batch), b.step(batch)
+        assert ma == mb
+    for k in ("embed", "b1", "w2", "b2"):
+        assert torch.equal(a.weights.tensors[k], b.weights.tensors[k])
+    other = DecisionLearner(OPTIONS, DecisionConfig(dim=1 << 10, hidden=16, seed=4))
+    assert not torch.equal(other.weights.tensors["embed"], a.weights.tensors["embed"])
+
+
+def test_state_dict_round_trips_through_torch_load_weights_only(tmp_path: Path) -> None:
+    learner = DecisionLearner(OPTIONS, SMALL)
+    for step in range(3):
+        learner.step(toy_batch(learner, step))
+    path = tmp_path / "ckpt.pt"
+    torch.save({"learner": learner.state_dict(), "loop": {"step": 3}}, path)
+    state = torch.load(path, weights_only=True)["learner"]
+    resumed = DecisionLearner(OPTIONS, SMALL)
+    resumed.load_state_dict(state)
+    assert resumed.version == 3
+    assert resumed.policy().spec.weights_hash == learner.policy().spec.weights_hash
+    batch = toy_batch(learner, 3)
+    assert learner.step(batch) == resumed.step(batch)  # Adam's moments came back too
+    for k in ("embed", "b1", "w2", "b2"):
+        assert torch.equal(learner.weights.tensors[k], resumed.weights.tensors[k])
+    wrong = DecisionLearner(OPTIONS, DecisionConfig(dim=1 << 11, hidden=16))
+    with pytest.raises(ConfigError, match="same settings"):
+        wrong.load_state_dict(state)
+
+
+# --- the entry point --------------------------------------------------------------------------
+def test_decision_without_checkpoint_is_the_uniform_policy() -> None:
+    factory = load_agent("envlab.train.decision:decision")
+    assert isinstance(factory, DecisionPolicy) and factory.spec.model_id == "uniform"
+    acts = [act(factory, ticket(), seed=s) for s in range(60)]
+    assert {a.text for a in acts} == set(OPTIONS)
+    assert all(math.isclose(a.info["logprob"], -math.log(5)) for a in acts)
+    assert [a.text for a in acts] == [act(factory, ticket(), seed=s).text for s in range(60)]
+    with pytest.raises(ConfigError, match="unknown argument"):
+        load_agent("envlab.train.decision:decision", temperature=0.5)
+    with pytest.raises(ConfigError, match="greedy"):
+        decision(greedy="yes")  # type: ignore[arg-type]
+
+
+def test_decision_with_checkpoint_plays_the_saved_policy(tmp_path: Path) -> None:
+    learner = DecisionLearner(OPTIONS, SMALL)
+    for step in range(25):
+        learner.step(toy_batch(learner, step))
+    learner.save_policy(tmp_path / "policy.pt")
+    torch.save({"learner": learner.state_dict(), "loop": {}}, tmp_path / "train.pt")
+    for name in ("policy.pt", "train.pt"):
+        path = str(tmp_path / name)
+        greedy = load_agent("envlab.train.decision:decision", checkpoint=path)
+        assert greedy.spec.weights_hash == learner.policy().spec.weights_hash
+        assert greedy.spec.sampling == {"greedy": True}
+        # greedy: the same answer whatever the seed, and the learner's argmax
+        for prompt in TOY:
+            answers = {act(greedy, prompt, seed=s).text for s in range(5)}
+            lps = load_policy(path).logprobs(featurize(prompt, SMALL.dim).indices)
+            assert answers == {OPTIONS[max(range(5), key=lambda i: lps[i])]}
+        sampled = load_agent("envlab.train.decision:decision", checkpoint=path, greedy=False)
+        assert sampled.spec.sampling == {"greedy": False}
+    with pytest.raises(ConfigError, match="no decision-policy checkpoint"):
+        decision(checkpoint=str(tmp_path / "missing.pt"))
+    (tmp_path / "junk.pt").write_text("not a checkpoint")
+    with pytest.raises(ConfigError, match="cannot read"):
+        decision(checkpoint=str(tmp_path / "junk.pt"))
+
+
+def test_a_model_refuses_a_prompt_with_other_options() -> None:
+    learner = DecisionLearner(OPTIONS, SMALL)
+    with pytest.raises(ConfigError, match="not the options"):
+        act(learner.policy(), ticket(options=("yes", "no")), seed=0)
+    reordered = tuple(reversed(OPTIONS))
+    a = act(learner.policy(greedy=True), ticket(options=reordered), seed=0)
+    b = act(learner.policy(greedy=True), ticket(), seed=0)
+    assert a.text == b.text and math.isclose(a.info["logprob"], b.info["logprob"], rel_tol=1e-6)
+
+
+# --- bad samples ------------------------------------------------------------------------------
+def _bad(learner: DecisionLearner, action: Action, **changes: Any) -> list[Group]:
+    factory = learner.policy()
+    good = act(factory, ticket(), seed=1)
+    trajs = (
+        trajectory(factory, ticket(), good, 1.0, 0),
+        trajectory(factory, ticket(), action, 0.0, 1),
+    )
+    for k, v in changes.items():
+        setattr(trajs[1], k, v)
+    return [Group(0, "g", "t", 0, trajs)]
+
+
+@pytest.mark.parametrize(
+    ("action", "changes", "match"),
+    [
+        (Action(text="page oncall please", info={"logprob": -1.0}), {}, "not one of the options"),
+        (Action(text="queue_team", info={}), {}, "behaviour logprob"),
+        (Action(text="queue_team", info={"logprob": -1.0, "choice": 0}), {}, "choice"),
+        (Action(text="queue_team", info={"logprob": -1.0}), {"steps": []}, "no action"),
+        (Action(text="queue_team", info={"logprob": -1.0}), {"messages": []}, "no user message"),
+    ],
+)
+def test_a_trajectory_the_learner_cannot_read_is_a_clear_error(
+    action: Action, changes: dict[str, Any], match: str
+) -> None:
+    learner = DecisionLearner(OPTIONS, SMALL)
+    with pytest.raises(ConfigError, match=match):
+        learner.step(_bad(learner, action, **changes))
+    assert learner.version == 0  # nothing was learned from a batch with a bad sample
+    traj = _bad(learner, action, **changes)[0].trajectories[1]
+    with pytest.raises(ConfigError):
+        read_decision(traj, OPTIONS)
+
+
+def test_the_toy_rules_are_learned_from_reward_alone() -> None:
+    learner = DecisionLearner(OPTIONS, SMALL)
+    for step in range(30):
+        learner.step(toy_batch(learner, step))
+    greedy = learner.policy(greedy=True)
+    right = sum(act(greedy, p, seed=0).text == best for p, best in TOY.items())
+    assert right == len(TOY)
