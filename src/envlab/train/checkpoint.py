@@ -1,0 +1,93 @@
+"""Checkpoints of a train run: the learner's state and the loop's, written atomically.
+
+``checkpoints/step-000040.pt`` holds ``{"learner": learner.state_dict(), "loop": LoopState}``;
+it is written to a temporary file and renamed, so a kill mid-write leaves the previous one. It
+is read with ``torch.load(weights_only=True)``: a checkpoint can hold tensors and plain values,
+never code, so opening one cannot run anything.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envlab.core import StoreError
+
+CHECKPOINTS_DIR = "checkpoints"
+_NAME = re.compile(r"^step-(\d{6,})\.pt$")
+KEEP = 2
+
+
+@dataclass(slots=True)
+class LoopState:
+    """Where the loop stood when the checkpoint was taken."""
+
+    step: int = 0
+    next_group: int = 0
+    """Groups ``0 .. next_group-1`` were started."""
+    pending: list[int] = field(default_factory=list)
+    """Groups started but neither learned from nor dropped: run again on resume."""
+    episodes: int = 0
+    dropped_stale: int = 0
+    dropped_groups: int = 0
+    excluded_samples: int = 0
+    elapsed_s: float = 0.0
+    trajectories_bytes: int = 0
+    """Size of ``trajectories.jsonl`` at the checkpoint: lines after it are cut on resume."""
+    metrics_bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LoopState:
+        return cls(**data)
+
+
+def checkpoint_path(run_dir: Path, step: int) -> Path:
+    return run_dir / CHECKPOINTS_DIR / f"step-{step:06d}.pt"
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint of the highest step in ``run_dir``, or ``None``."""
+    folder = run_dir / CHECKPOINTS_DIR
+    if not folder.is_dir():
+        return None
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name))]
+    return max(found)[1] if found else None
+
+
+def save_checkpoint(run_dir: Path, learner_state: dict[str, Any], loop: LoopState) -> Path:
+    """Write the checkpoint of ``loop.step`` atomically; keep the last ``KEEP``."""
+    import torch
+
+    path = checkpoint_path(run_dir, loop.step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    try:
+        torch.save({"learner": learner_state, "loop": loop.to_dict()}, tmp)
+        with tmp.open("rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        raise StoreError(f"cannot write the checkpoint {path}: {e.strerror or e}") from e
+    for old in sorted(path.parent.glob("step-*.pt"))[:-KEEP]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def load_checkpoint(path: Path) -> tuple[dict[str, Any], LoopState]:
+    """The learner's state and the loop's, from ``path``; ``StoreError`` when unreadable."""
+    import torch
+
+    try:
+        data = torch.load(path, weights_only=True)
+        return data["learner"], LoopState.from_dict(data["loop"])
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError) as e:
+        raise StoreError(
+            f"cannot read the checkpoint {path} ({type(e).__name__}: {e}). Delete it to resume "
+            "from the one before, or start a new run with another --out."
+        ) from e
