@@ -4,6 +4,7 @@ resume starts from (the last checkpoint, with the files cut back to what it saw)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -105,10 +106,8 @@ def _write_run_info(
 ) -> None:
     created = time.time()
     if (run_dir / RUN_FILE).exists():
-        try:
+        with contextlib.suppress(OSError, ValueError, KeyError):  # then a fresh timestamp
             created = json.loads((run_dir / RUN_FILE).read_text())["created_at"]
-        except (OSError, ValueError, KeyError):
-            pass
     info = RunInfo(
         command=command,
         envlab_version=__version__,
