@@ -19,6 +19,7 @@ from envlab.cli.gc import gc_cmd
 from envlab.cli.measure_cmds import compare_cmd, report_cmd
 from envlab.cli.serve_model import serve_model_cmd
 from envlab.cli.task import task_app
+from envlab.cli.train_cmd import train_cmd
 from envlab.cli.vet_cmds import arena_cmd, vet_cmd
 
 if TYPE_CHECKING:
@@ -112,6 +113,7 @@ app.command("serve-model")(serve_model_cmd)
 app.command("arena")(arena_cmd)
 app.command("gc")(gc_cmd)
 app.command("export")(export_cmd)
+app.command("train")(train_cmd)
 
 
 def main() -> None:

@@ -1,0 +1,130 @@
+"""The comparison a user needs after training: the trained policy and its baselines on the
+same held-out tasks and seeds, each a run directory of its own (``envlab compare`` and
+``envlab report`` read them), with confidence intervals and the fraction of the best
+achievable when an exact optimum is among them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from envlab.core import AgentFactory, EnvSpec, TaskSet
+from envlab.measure.runs import Run, load_run
+from envlab.rollout.config import EpisodeConfig
+from envlab.rollout.runner import rollout
+
+
+class HeldoutRow(BaseModel):
+    name: str
+    agent: str
+    run_dir: str
+    n_tasks: int
+    n_scored: int
+    n_excluded: int
+    mean: float | None
+    low: float | None
+    high: float | None
+    fraction_of_best: float | None = None
+    fraction_low: float | None = None
+    fraction_high: float | None = None
+
+
+class PairedRow(BaseModel):
+    a: str
+    b: str
+    diff: float | None
+    low: float | None
+    high: float | None
+    p_value: float | None
+    verdict: str
+
+
+class Heldout(BaseModel):
+    split: str
+    seed: int
+    confidence: float
+    best: str | None
+    """The row whose mean is the best achievable (an exact optimum), if any."""
+    rows: list[HeldoutRow]
+    paired: list[PairedRow]
+
+
+@dataclass(frozen=True, slots=True)
+class Contender:
+    name: str
+    factory: AgentFactory
+    best: bool = False
+    """Its mean on these tasks is the best achievable (the environment's exact optimum)."""
+
+
+async def evaluate_heldout(
+    spec: EnvSpec,
+    tasks: TaskSet,
+    contenders: list[Contender],
+    out_dir: Path,
+    *,
+    split: str,
+    seed: int = 0,
+    concurrency: int = 32,
+    confidence: float = 0.95,
+    config: EpisodeConfig | None = None,
+) -> Heldout:
+    """Run each contender once per task into ``out_dir/<name>`` (resumable), then compare."""
+    runs = {}
+    for c in contenders:
+        result = await rollout(
+            spec, c.factory, tasks, out_dir=out_dir / c.name, seed=seed, resume=True,
+            concurrency=concurrency, config=config, command=["envlab", "train", "(held-out)"],
+        )  # fmt: skip
+        runs[c.name] = load_run(result.run_dir)
+    best = next((c.name for c in contenders if c.best), None)
+    rows = [_row(c, runs[c.name], confidence) for c in contenders]
+    if best is not None:
+        _fractions(rows, next(r for r in rows if r.name == best))
+    first = contenders[0].name
+    paired = [_paired(runs[c.name], runs[first], confidence) for c in contenders[1:]]
+    return Heldout(
+        split=split, seed=seed, confidence=confidence, best=best, rows=rows, paired=paired
+    )
+
+
+def _row(c: Contender, run: Run, confidence: float) -> HeldoutRow:
+    s = run.summarize(confidence=confidence)
+    ci = s.mean_reward_ci
+    return HeldoutRow(
+        name=c.name,
+        agent=c.factory.spec.model_id or c.factory.spec.name,
+        run_dir=str(run.path),
+        n_tasks=s.n_tasks,
+        n_scored=s.n_scored,
+        n_excluded=s.n_excluded,
+        mean=s.mean_reward,
+        low=None if ci is None else ci.low,
+        high=None if ci is None else ci.high,
+    )
+
+
+def _fractions(rows: list[HeldoutRow], best: HeldoutRow) -> None:
+    """Each mean over the optimum's on the same tasks (a constant of these tasks: the
+    interval is the mean's interval scaled by it)."""
+    if not best.mean:
+        return
+    for r in rows:
+        if r.mean is not None:
+            r.fraction_of_best = r.mean / best.mean
+        if r.low is not None and r.high is not None and r is not best:
+            r.fraction_low, r.fraction_high = r.low / best.mean, r.high / best.mean
+
+
+def _paired(a_run: Run, b_run: Run, confidence: float) -> PairedRow:
+    """``b - a`` paired over the shared tasks (``envlab compare A B``)."""
+    from envlab.measure.compare import compare_runs
+
+    cmp = compare_runs(a_run, b_run, confidence=confidence)
+    p = cmp.paired
+    return PairedRow(
+        a=Path(cmp.a.path).name, b=Path(cmp.b.path).name, diff=p.diff, low=p.low,
+        high=p.high, p_value=cmp.p_value, verdict=cmp.verdict,
+    )  # fmt: skip

@@ -1,0 +1,78 @@
+"""``envlab train``: SIGKILL a real run mid-way, ``--resume`` it: no learner step lost or done
+twice, no sample learned twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from envlab.runs import TrajectoryStore
+from tests.conftest import subprocess_env
+
+ENVLAB = [sys.executable, "-m", "envlab.cli.main"]
+pytest.importorskip("torch")
+
+
+def _args(out: Path, steps: int) -> list[str]:
+    return [
+        "train", "tests.support.bandit:BanditEnv",
+        "--learner", "tests.support.bandit:TableLearner", "--learner-arg", "delay=0.04",
+        "-e", "delay=0.01", "--steps", str(steps), "--groups-per-step", "2",
+        "--group-size", "4", "--checkpoint-every", "3", "--eval-tasks", "0",
+        "--out", str(out), "--no-progress",
+    ]  # fmt: skip
+
+
+def test_sigkill_then_resume_loses_and_repeats_no_learner_step(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [*ENVLAB, *_args(out, 30)], env=subprocess_env(), start_new_session=True
+    )
+    ckpt = out / "checkpoints" / "step-000009.pt"
+    deadline = time.time() + 200  # a guard against a hang, not a speed bound
+    while time.time() < deadline and not ckpt.exists() and proc.poll() is None:
+        time.sleep(0.02)
+    time.sleep(0.1)  # past the checkpoint, mid-way to the next
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL, "the kill must land mid-run"
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert 9 <= len(lines) < 30
+
+    done = subprocess.run(
+        [*ENVLAB, *_args(out, 30), "--resume", "--json"],
+        env=subprocess_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert payload["train"]["steps"] == 30 and "resumed from" in payload["notes"][0]
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 31))
+    trajs = TrajectoryStore(out / "trajectories.jsonl").load(every_record=True)
+    assert len({t.episode_id for t in trajs}) == len(trajs)
+    learned = Counter(t.info["learner_step"] for t in trajs if "learner_step" in t.info)
+    assert learned == {s: 8 for s in range(1, 31)}  # 2 groups x 4 samples, every step, once
+    groups = Counter(t.info["train_group"] for t in trajs if "learner_step" in t.info)
+    assert set(groups.values()) == {4}
+
+
+def test_train_refuses_an_unknown_learner_and_resume_without_out(tmp_path: Path) -> None:
+    bad = subprocess.run(
+        [*ENVLAB, "train", "tests.support.bandit:BanditEnv", "--learner", "nope",
+         "--out", str(tmp_path / "x")],
+        env=subprocess_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "unknown learner 'nope'" in bad.stderr
+    bad = subprocess.run(
+        [*ENVLAB, "train", "tests.support.bandit:BanditEnv", "--resume"],
+        env=subprocess_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--out" in bad.stderr
