@@ -11,9 +11,9 @@ import pytest
 
 from envlab.core import ConfigError
 from envlab.runs import TrajectoryStore
+from envlab.runs.metrics import read_metrics
 from envlab.train.learner import POLICY_VERSION
 from envlab.train.loop import TrainConfig, train
-from envlab.train.metrics import read_metrics
 from tests.support.bandit import BanditConfig, BanditEnv, TableLearner
 
 pytest.importorskip("torch")  # checkpoints are torch files

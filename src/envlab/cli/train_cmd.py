@@ -120,8 +120,8 @@ def train_cmd(
     from envlab.cli.train_progress import TrainProgress
     from envlab.core.errors import ConfigError
     from envlab.rollout import EpisodeConfig
+    from envlab.runs.metrics import HELDOUT_FILE, totals
     from envlab.train.loop import TrainConfig, train
-    from envlab.train.metrics import summary
 
     if eval_tasks < 0:
         raise ConfigError(f"--eval-tasks must be >= 0, got {eval_tasks}")
@@ -161,14 +161,16 @@ def train_cmd(
                 await c.factory.aclose()
 
     result, heldout = run_async(run())
-    totals = summary(result.metrics)
+    if heldout is not None:
+        (result.run_dir / HELDOUT_FILE).write_text(heldout.model_dump_json(indent=2))
+    summary = totals(result.metrics)
     if as_json:
-        payload = {"run_dir": str(result.run_dir), "plot": str(result.plot), "train": totals,
+        payload = {"run_dir": str(result.run_dir), "plot": str(result.plot), "train": summary,
                    "heldout": None if heldout is None else heldout.model_dump(mode="json"),
                    "notes": result.notes}  # fmt: skip
         typer.echo(json.dumps(payload, indent=2))
         return
-    _print(result, totals, heldout)
+    _print(result, summary, heldout)
 
 
 def _print(result: TrainResult, totals: dict[str, Any], heldout: Heldout | None) -> None:
@@ -176,13 +178,16 @@ def _print(result: TrainResult, totals: dict[str, Any], heldout: Heldout | None)
 
     for note in result.notes:
         err().print(f"[yellow]note:[/] {note}")
+    from envlab.report.training import TOTAL_LABELS
+
     t = Table(title=f"training: {result.run_dir}")
     t.add_column("")
     t.add_column("value", justify="right")
-    for key in ("steps", "episodes", "elapsed_s", "first_reward", "last_reward", "staleness",
-                "dropped_stale", "dropped_groups", "excluded_samples", "dead_groups"):  # fmt: skip
+    for key, label in TOTAL_LABELS.items():
         value = totals.get(key, "-")
-        t.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
+        if isinstance(value, dict):
+            value = " ".join(f"{k}: {v}" for k, v in value.items())
+        t.add_row(label, f"{value:.3f}" if isinstance(value, float) else str(value))
     out().print(t)
     if heldout is not None:
         for table in heldout_tables(heldout):

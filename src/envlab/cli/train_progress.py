@@ -12,9 +12,9 @@ from envlab.cli.console import err
 from envlab.core import Trajectory
 
 if TYPE_CHECKING:
+    from envlab.runs.metrics import StepMetrics
     from envlab.train.checkpoint import LoopState
     from envlab.train.loop import TrainConfig
-    from envlab.train.metrics import StepMetrics
 
 
 class TrainProgress:

@@ -47,16 +47,10 @@ from envlab.rollout.driver import (
     run_episode,
 )
 from envlab.runs import TRAJECTORIES_FILE, TrajectoryStore
+from envlab.runs.metrics import METRICS_FILE, PLOT_FILE, StepMetrics, append_metrics, read_metrics
 from envlab.train.checkpoint import LoopState, latest_checkpoint, save_checkpoint
 from envlab.train.learner import POLICY_VERSION, Group, Learner
-from envlab.train.metrics import (
-    METRICS_FILE,
-    PLOT_FILE,
-    StepMetrics,
-    append_metrics,
-    plot_rewards,
-    read_metrics,
-)
+from envlab.train.metrics import plot_rewards
 from envlab.train.run_files import prepare_run
 
 GROUP_KEY = "train_group"

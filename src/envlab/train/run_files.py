@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 from envlab import __version__
 from envlab.core import ConfigError, EnvSpec, StoreError, TaskSet
 from envlab.runs import RUN_FILE, TRAJECTORIES_FILE, RunInfo, write_run_info
+from envlab.runs.metrics import METRICS_FILE, truncate
 from envlab.train.checkpoint import LoopState, latest_checkpoint, load_checkpoint
 from envlab.train.learner import Learner
-from envlab.train.metrics import METRICS_FILE, dump_json, truncate
+from envlab.train.metrics import dump_json
 
 if TYPE_CHECKING:
     from envlab.train.loop import TrainConfig
