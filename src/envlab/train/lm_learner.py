@@ -1,0 +1,379 @@
+"""``LMLearner``: a ``transformers`` causal LM trained by envlab's loop from the trajectories'
+token views (``envlab.train.learner.Learner``).
+
+The loss is TRL 1.16's ``GRPOTrainer._compute_loss`` with ``beta=0`` (no reference model),
+``importance_sampling_level="token"``, ``num_iterations=1`` and ``delta=None``, computed from
+what the episodes recorded rather than from a generation pass of its own:
+
+- per token, the importance ratio ``r = exp(logp_new - logp_behaviour)`` against the
+  behaviour logprobs of the token view (the weights that sampled it, perhaps a few versions
+  old: the loop's bounded staleness), clipped to ``[1 - eps_low, 1 + eps_high]``;
+  ``loss_t = -min(r * A, clip(r) * A)``, with ``A`` the group-relative advantage of the
+  trajectory's reward (``envlab.train.learner.group_advantages``: envlab's exact group std,
+  where TRL divides by ``std + 1e-4``; ``scale_rewards=False`` is Dr. GRPO's unscaled one);
+- only tokens with ``loss_mask`` 1 count (the model's own tokens; never tool responses or
+  the chat template's turn tokens);
+- ``loss_type="dapo"`` (TRL's default, and ours): the masked sum over the batch divided by
+  the batch's number of counted tokens; ``loss_type="grpo"``: each trajectory's masked mean,
+  then the mean over trajectories;
+- logprobs are those of ``logits / temperature`` (TRL's convention, and how
+  ``envlab.train.policy.TransformersPolicy`` records the behaviour logprobs), through TRL's
+  public ``trl.trainer.utils.selective_log_softmax``: it gathers the chosen token's logprob
+  without materialising a second vocabulary-sized tensor (a fused kernel on GPU), which is the
+  memory that matters for a real vocabulary;
+- metrics as TRL names them in spirit: ``clip_frac`` is TRL's ``clip_ratio/region_mean``,
+  ``kl`` the k3 estimate ``exp(b - n) - (b - n) - 1`` of KL(behaviour || new) over the counted
+  tokens (0 when the batch was sampled by the current weights), ``grad_norm`` the norm before
+  clipping.
+
+The forward pass runs with dropout off (``model.eval()``), as the behaviour logprobs were
+recorded (``TransformersPolicy`` generates in eval mode): the ratio compares one function, and
+the step draws no random numbers at all, so it is deterministic given the weights, the
+optimizer state and the batch (on CPU; CUDA kernels may not be bitwise deterministic).
+Sampling is seeded per turn from ``(seed, episode seed + turn)`` in a forked torch generator,
+never from the process's global stream.
+
+torch, transformers and trl are imported lazily, inside the calls.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import inspect
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from envlab.core import ConfigError, Trajectory
+from envlab.train.learner import Group, group_advantages
+from envlab.train.policy import PolicyAgents, TransformersPolicy
+
+_RNG_LOCK = threading.Lock()
+"""Every seeded generation forks torch's process-wide generator: one at a time."""
+
+
+class _SeededPolicy(TransformersPolicy):
+    """``TransformersPolicy`` whose samples come from the turn's seed (the harness sends
+    ``episode seed + turn``), drawn in a forked generator: reproducible per episode whatever
+    the order the episodes take turns in, and the global generator is left as it was."""
+
+    def __init__(self, *args: Any, salt: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._salt = salt
+        self._turn_seed: int | None = None
+
+    async def chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+        seed = kwargs.get("seed")
+        self._turn_seed = None if seed is None else _mix(self._salt, int(seed))
+        return await super().chat(messages, **kwargs)
+
+    def _generate(self, prompt: list[int], max_new: int) -> tuple[list[int], list[float]]:
+        import torch
+
+        if self._turn_seed is None:
+            return super()._generate(prompt, max_new)
+        device = next(self.model.parameters()).device
+        devices = [device.index or 0] if device.type == "cuda" else []
+        with _RNG_LOCK, torch.random.fork_rng(devices=devices):
+            torch.manual_seed(self._turn_seed)
+            return super()._generate(prompt, max_new)
+
+
+def _mix(a: int, b: int) -> int:
+    return int(hashlib.sha256(f"{a}:{b}".encode()).hexdigest()[:15], 16)
+
+
+class SnapshotAgents(PolicyAgents):
+    """``PolicyAgents`` over a frozen copy of the learner's weights at one version
+    (``model_id`` ends in ``@v<version>``), sampling seeded per episode turn."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, version: int, salt: int, **kw: Any) -> None:
+        super().__init__(model, tokenizer, **kw)
+        self.version, self.model = version, model
+        make = dict(
+            name=kw.get("name", "trl-policy"),
+            temperature=kw.get("temperature", 1.0),
+            max_tokens=kw.get("max_tokens", 128),
+            lock=self._lock,
+            salt=salt,
+        )
+        # PolicyAgents turns the episode seed off (it samples from the global generator):
+        # the snapshot's agents take it back, and draw from it in a forked generator.
+        self._make = lambda: _SeededPolicy(model, tokenizer, **make)  # type: ignore[arg-type]
+        settings = dataclasses.replace(self._harness["settings"], seed_from_episode=True)
+        self._harness["settings"] = settings
+        self._spec = self.new_agent().spec
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    episode_id: str
+    prompt: list[int]
+    completion: list[int]
+    mask: list[int]
+    behaviour: list[float]
+    advantage: float
+
+
+def _checked(t: Trajectory, advantage: float) -> _Sample:
+    """The trajectory's token view, or a ConfigError naming the episode."""
+    tv = t.tokens
+    where = f"episode {t.episode_id!r} (task {t.task_id!r})"
+    if tv is None or not tv.completion_ids:
+        raise ConfigError(
+            f"{where} has no token view to train on: the LM learner needs the agent's token "
+            "ids and logprobs (act with LMLearner.policy(), or an agent that records them)"
+        )
+    n = len(tv.completion_ids)
+    if len(tv.loss_mask) != n or len(tv.logprobs) != n or not tv.prompt_ids:
+        raise ConfigError(
+            f"{where}: its token view's lengths disagree (prompt {len(tv.prompt_ids)}, "
+            f"completion {n}, loss_mask {len(tv.loss_mask)}, logprobs {len(tv.logprobs)}): "
+            "each completion token needs one mask bit and one behaviour logprob"
+        )
+    if not all(math.isfinite(x) for x in tv.logprobs):
+        raise ConfigError(f"{where}: its behaviour logprobs are not all finite")
+    return _Sample(
+        t.episode_id,
+        list(tv.prompt_ids),
+        list(tv.completion_ids),
+        [int(bool(m)) for m in tv.loss_mask],
+        [float(x) for x in tv.logprobs],
+        advantage,
+    )
+
+
+def _samples(batch: Sequence[Group], scale: bool) -> list[_Sample]:
+    out: list[_Sample] = []
+    for g in batch:
+        for t in g.trajectories:
+            if t.reward is None or not math.isfinite(float(t.reward)):
+                raise ConfigError(
+                    f"episode {t.episode_id!r} of group {g.group_id!r} has no valid reward: "
+                    "only scored trajectories belong in a Group"
+                )
+        advantages = group_advantages([float(t.reward or 0.0) for t in g.trajectories], scale=scale)
+        out += [_checked(t, a) for t, a in zip(g.trajectories, advantages, strict=True)]
+    return out
+
+
+def _pack(samples: Sequence[_Sample], pad: int, device: Any) -> dict[str, Any]:
+    """TRL's layout: prompts padded on the left, completions on the right, so that every
+    completion starts at column ``P``; explicit position ids, so the padding moves nothing."""
+    import torch
+
+    p = max(len(s.prompt) for s in samples)
+    c = max(len(s.completion) for s in samples)
+    ids, attn, mask, behaviour = [], [], [], []
+    for s in samples:
+        left, right = p - len(s.prompt), c - len(s.completion)
+        ids.append([pad] * left + s.prompt + s.completion + [pad] * right)
+        attn.append([0] * left + [1] * (len(s.prompt) + len(s.completion)) + [0] * right)
+        mask.append(s.mask + [0] * right)
+        behaviour.append(s.behaviour + [0.0] * right)
+    attention = torch.tensor(attn, device=device)
+    return {
+        "input_ids": torch.tensor(ids, device=device),
+        "attention_mask": attention,
+        "position_ids": (attention.cumsum(-1) - 1).clamp(min=0),
+        "mask": torch.tensor(mask, device=device, dtype=torch.float32),
+        "behaviour": torch.tensor(behaviour, device=device, dtype=torch.float32),
+        "advantages": torch.tensor([s.advantage for s in samples], device=device).unsqueeze(1),
+        "completion_len": c,
+    }
+
+
+class LMLearner:
+    """A ``transformers`` causal LM trained by token-level GRPO/DAPO (see the module).
+
+    ``policy()`` returns a ``SnapshotAgents`` over ``copy.deepcopy(model)``, made once per
+    version and shared by every ``policy()`` call until the next step: later steps never change
+    an agent already made, so a trajectory's ``policy_version`` is the truth. The price is one
+    full copy of the weights per version still acting (weights x versions in flight, in the
+    model's dtype and on its device), and a copy's time at each new version: fine for small
+    models, wasteful for big ones, where a real deployment instead syncs the new weights to an
+    inference server (vLLM, SGLang) that rollouts call, and keeps one copy in the trainer.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        lr: float = 1e-6,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps_low: float = 0.2,
+        eps_high: float | None = None,
+        loss_type: Literal["dapo", "grpo"] = "dapo",
+        scale_rewards: bool = True,
+        max_grad_norm: float | None = 1.0,
+        micro_batch_size: int = 8,
+        temperature: float = 1.0,
+        seed: int = 0,
+        agent_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        """``eps_high`` defaults to ``eps_low`` as in TRL (DAPO recommends 0.28);
+        ``agent_kwargs`` go to ``PolicyAgents`` (``max_tokens``, ``max_turns``,
+        ``max_episode_tokens``, ``instructions``, ``name``, ``model_id``)."""
+        import torch
+
+        if loss_type not in ("dapo", "grpo"):
+            raise ConfigError(f"loss_type must be 'dapo' or 'grpo', got {loss_type!r}")
+        if micro_batch_size < 1 or temperature <= 0 or lr <= 0:
+            raise ConfigError("micro_batch_size, temperature and lr must be positive")
+        if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
+            raise ConfigError("the tokenizer has neither a pad nor an eos token: set pad_token")
+        self.model, self.tokenizer, self.seed = model, tokenizer, seed
+        self.eps_low, self.eps_high = eps_low, eps_low if eps_high is None else eps_high
+        self.loss_type, self.scale_rewards = loss_type, scale_rewards
+        self.max_grad_norm, self.micro_batch_size = max_grad_norm, micro_batch_size
+        self.temperature = temperature
+        self.agent_kwargs = dict(agent_kwargs or {})
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self._params, lr=lr, betas=betas, weight_decay=weight_decay
+        )
+        self._version = 0
+        self._snapshot: SnapshotAgents | None = None
+        self._lock = threading.Lock()  # the weights change (optimizer.step) / a snapshot copies
+        forward = inspect.signature(model.forward).parameters
+        self._kw = {k for k in ("position_ids", "logits_to_keep") if k in forward}
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def policy(self) -> SnapshotAgents:
+        """Agents acting with a frozen copy of the current weights (one copy per version)."""
+        with self._lock:
+            if self._snapshot is None or self._snapshot.version != self._version:
+                self._snapshot = self._make_snapshot()
+            return self._snapshot
+
+    def _make_snapshot(self) -> SnapshotAgents:
+        frozen = copy.deepcopy(self.model)
+        for p in frozen.parameters():
+            p.grad = None  # a copy taken during backward must not carry its gradients
+            p.requires_grad_(False)
+        frozen.eval()
+        kw = {"temperature": self.temperature, **self.agent_kwargs}
+        kw["model_id"] = f"{kw.get('model_id', type(self.model).__name__)}@v{self._version}"
+        return SnapshotAgents(frozen, self.tokenizer, version=self._version, salt=self.seed, **kw)
+
+    def step(self, batch: Sequence[Group]) -> dict[str, float]:
+        """One AdamW step on ``batch``; returns its metrics (floats)."""
+        import torch
+
+        samples = _samples(batch, self.scale_rewards)
+        if not samples:
+            raise ConfigError("step() got a batch without trajectories")
+        tokens = sum(sum(s.mask) for s in samples)
+        totals = dict.fromkeys(("loss", "clipped", "ratio", "kl"), 0.0)
+        was_training = self.model.training
+        self.model.eval()  # no dropout: the function that sampled (see the module)
+        try:
+            self.optimizer.zero_grad(set_to_none=True)
+            for start in range(0, len(samples), self.micro_batch_size):
+                part = samples[start : start + self.micro_batch_size]
+                for k, v in self._backward(part, len(samples), tokens).items():
+                    totals[k] += v
+            limit = self.max_grad_norm if self.max_grad_norm is not None else math.inf
+            norm = float(torch.nn.utils.clip_grad_norm_(self._params, limit))
+            if not math.isfinite(norm) or not math.isfinite(totals["loss"]):
+                self.optimizer.zero_grad(set_to_none=True)
+                raise ConfigError(
+                    f"step {self._version + 1}: the loss or gradient is not finite (loss "
+                    f"{totals['loss']}, grad norm {norm}); the weights were not updated: "
+                    "lower lr or check the behaviour logprobs"
+                )
+            with self._lock:
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                self._version += 1
+        finally:
+            self.model.train(was_training)
+        per_token = max(tokens, 1)
+        return {
+            "loss": totals["loss"],
+            "clip_frac": totals["clipped"] / per_token,
+            "ratio_mean": totals["ratio"] / per_token if tokens else 1.0,
+            "kl": totals["kl"] / per_token,
+            "grad_norm": norm,
+            "tokens": float(tokens),
+            "samples": float(len(samples)),
+            "groups": float(len(batch)),
+            "dead_groups": float(sum(g.dead for g in batch)),
+        }
+
+    def _logps(self, packed: dict[str, Any]) -> Any:
+        """The new logprob of each completion token (B, C), under ``logits / temperature``."""
+        from trl.trainer.utils import selective_log_softmax
+
+        c = packed["completion_len"]
+        kwargs: dict[str, Any] = {"attention_mask": packed["attention_mask"]}
+        if "position_ids" in self._kw:
+            kwargs["position_ids"] = packed["position_ids"]
+        if "logits_to_keep" in self._kw:
+            kwargs["logits_to_keep"] = c + 1
+        logits = self.model(input_ids=packed["input_ids"], **kwargs).logits
+        logits = logits[:, -(c + 1) : -1, :].float()  # position t predicts token t + 1
+        targets = packed["input_ids"][:, -c:]
+        return selective_log_softmax(logits, targets, temperature=self.temperature)
+
+    def _backward(self, part: Sequence[_Sample], n: int, tokens: int) -> dict[str, float]:
+        """The loss of ``part`` with the batch's normalisation, backpropagated; its sums."""
+        import torch
+
+        device = next(self.model.parameters()).device
+        pad = self.tokenizer.pad_token_id
+        packed = _pack(part, self.tokenizer.eos_token_id if pad is None else pad, device)
+        mask, adv, behaviour = packed["mask"], packed["advantages"], packed["behaviour"]
+        new = self._logps(packed)
+        log_ratio = (new - behaviour) * mask  # masked first: padding never reaches exp
+        ratio = torch.exp(log_ratio)
+        clipped = torch.clamp(ratio, 1 - self.eps_low, 1 + self.eps_high)
+        per_token = -torch.min(ratio * adv, clipped * adv)
+        if self.loss_type == "dapo":
+            loss = (per_token * mask).sum() / max(tokens, 1)
+        else:
+            loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / n
+        if loss.requires_grad:
+            loss.backward()
+        with torch.no_grad():
+            low = (ratio < 1 - self.eps_low) & (adv < 0)
+            high = (ratio > 1 + self.eps_high) & (adv > 0)
+            kl = torch.exp(-log_ratio) + log_ratio - 1
+            return {
+                "loss": float(loss.detach()),
+                "clipped": float(((low | high).float() * mask).sum()),
+                "ratio": float((ratio * mask).sum()),
+                "kl": float((kl * mask).sum()),
+            }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Weights (the live tensors: save before the next step), optimizer state, version,
+        seed: values ``torch.load(weights_only=True)`` reads. No generator state is needed:
+        the step draws no random numbers, and sampling seeds come from the episodes."""
+        return {
+            "model": dict(self.model.state_dict()),
+            "optimizer": self.optimizer.state_dict(),
+            "version": self._version,
+            "seed": self.seed,
+            "loss_type": self.loss_type,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key in ("model", "optimizer", "version"):
+            if key not in state:
+                raise ConfigError(f"an LMLearner state needs {key!r}; got {sorted(state)}")
+        with self._lock:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self._version = int(state["version"])
+            self.seed = int(state.get("seed", self.seed))
+            self._snapshot = None

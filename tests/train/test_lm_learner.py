@@ -1,0 +1,212 @@
+"""LMLearner on a tiny Llama (tests/train/conftest.py) and real ``arith`` episodes played by
+its own snapshot agents: token-exact ratios, learning on the recorded tokens, frozen snapshots,
+seeded sampling, state through a file, determinism, bad token views refused by name."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("trl")
+torch = pytest.importorskip("torch")
+
+from envlab.core import ConfigError, Trajectory  # noqa: E402
+from envlab.envs.arith import ArithEnv  # noqa: E402
+from envlab.rollout.driver import PlannedEpisode, episode_ids_in_group, run_episodes  # noqa: E402
+from envlab.train.learner import Group, Learner  # noqa: E402
+from envlab.train.lm_learner import LMLearner  # noqa: E402
+from tests.train.conftest import tiny_model, tiny_tokenizer  # noqa: E402
+
+SPEC = ArithEnv(level=1)
+AGENT = {"max_tokens": 10, "max_turns": 1, "instructions": ""}  # short prompts: fast
+GROUPS, SIZE = 2, 4
+
+
+def _learner(tok: Any, **kw: Any) -> LMLearner:
+    """A learner over a fresh tiny model: every fresh model has the same weights (seed 0)."""
+    return LMLearner(tiny_model(len(tok)), tok, lr=kw.pop("lr", 3e-3), agent_kwargs=AGENT, **kw)
+
+
+def _play(agents: Any, groups: int = GROUPS) -> list[Trajectory]:
+    tasks = list(SPEC.tasks(n=groups, split="train"))
+    plan = [
+        PlannedEpisode(task, s, episode_ids_in_group(f"{0xABC0 + i:016x}", s), agents)
+        for i, task in enumerate(tasks)
+        for s in range(SIZE)
+    ]
+    return asyncio.run(run_episodes(SPEC, plan, concurrency=4))
+
+
+def _groups(trajs: list[Trajectory], rewards: list[float] | None = None) -> list[Group]:
+    """Groups of SIZE in plan order; ``rewards`` (per sample index) replace arith's grade,
+    which is 0 for every reply of a random tiny model: the test sets the signal."""
+    out = []
+    for i in range(0, len(trajs), SIZE):
+        ts = trajs[i : i + SIZE]
+        if rewards is not None:
+            ts = [dataclasses.replace(t, reward=rewards[k]) for k, t in enumerate(ts)]
+        out.append(Group(i // SIZE, ts[0].group_id, ts[0].task_id, 0, tuple(ts)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def recorded() -> tuple[Any, list[Trajectory]]:
+    """Arith episodes played by the v0 snapshot of a fresh tiny model (shared, read-only)."""
+    tok = tiny_tokenizer()
+    trajs = _play(_learner(tok).policy())
+    assert all(t.scored and t.tokens is not None for t in trajs)
+    return tok, trajs
+
+
+def _completion_logp(learner: LMLearner, t: Trajectory) -> float:
+    """The summed logprob of ``t``'s model tokens under the learner's current weights."""
+    from envlab.train.lm_learner import _checked, _pack
+
+    packed = _pack([_checked(t, 0.0)], learner.tokenizer.pad_token_id, "cpu")
+    with torch.no_grad():
+        logps = learner._logps(packed)
+    return float((logps * packed["mask"]).sum())
+
+
+def _weights(model: Any) -> dict[str, Any]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_is_a_learner_and_the_first_ratio_is_exact(recorded: tuple[Any, list[Trajectory]]) -> None:
+    tok, trajs = recorded
+    learner = _learner(tok)
+    assert isinstance(learner, Learner)
+    before = _weights(learner.model)
+    m = learner.step(_groups(trajs, [1.0, 0.0, 0.0, 0.0]))
+    assert learner.version == 1
+    assert all(isinstance(v, float) for v in m.values())
+    assert m["tokens"] == sum(sum(t.tokens.loss_mask) for t in trajs if t.tokens)
+    # the batch was sampled by these very weights: the recorded logprobs are the model's own
+    assert abs(m["ratio_mean"] - 1.0) < 1e-4 and abs(m["kl"]) < 1e-6 and m["clip_frac"] == 0.0
+    assert torch.isfinite(torch.tensor(m["loss"])) and m["grad_norm"] > 0
+    assert any(not torch.equal(before[k], v) for k, v in learner.model.state_dict().items())
+
+
+def test_a_positive_advantage_completion_gains_probability(
+    recorded: tuple[Any, list[Trajectory]],
+) -> None:
+    tok, trajs = recorded
+    learner = _learner(tok)
+    batch = _groups(trajs, [1.0, 0.0, 0.0, 0.5])
+    good, bad = batch[0].trajectories[0], batch[0].trajectories[1]
+    good0, bad0 = _completion_logp(learner, good), _completion_logp(learner, bad)
+    metrics = [learner.step(batch) for _ in range(4)]
+    assert _completion_logp(learner, good) > good0 + 0.5
+    assert _completion_logp(learner, bad) < bad0
+    assert metrics[-1]["kl"] > 0  # the weights moved away from the behaviour policy
+    assert learner.version == 4
+
+
+def test_dead_groups_train_nothing_but_count(recorded: tuple[Any, list[Trajectory]]) -> None:
+    tok, trajs = recorded  # arith's own grade: 0 for every reply of the tiny model
+    assert {t.reward for t in trajs} == {0.0}
+    learner = _learner(tok)
+    m = learner.step(_groups(trajs))
+    assert m["dead_groups"] == GROUPS and m["loss"] == 0.0 and m["grad_norm"] == 0.0
+
+
+def test_snapshot_is_frozen_and_made_once_per_version(
+    recorded: tuple[Any, list[Trajectory]],
+) -> None:
+    tok, trajs = recorded
+    learner = _learner(tok)
+    agents = learner.policy()
+    assert learner.policy() is agents and agents.version == 0
+    assert agents.spec.model_id.endswith("@v0") and agents.model is not learner.model
+    frozen = _weights(agents.model)
+    agent = agents.new_agent()
+    learner.step(_groups(trajs, [1.0, 0.0, 0.0, 0.0]))
+    assert all(torch.equal(frozen[k], v) for k, v in agents.model.state_dict().items())
+    assert agent._model.model is agents.model  # the agent made before the step acts with v0
+    later = learner.policy()
+    assert later is not agents and later.version == 1 and later.spec.model_id.endswith("@v1")
+    assert any(not torch.equal(frozen[k], v) for k, v in later.model.state_dict().items())
+
+
+def test_sampling_is_seeded_per_episode_and_leaves_the_global_generator(
+    recorded: tuple[Any, list[Trajectory]],
+) -> None:
+    tok, trajs = recorded
+    state = torch.get_rng_state()
+    again = _play(_learner(tok).policy())
+    assert torch.equal(torch.get_rng_state(), state)
+    assert [t.tokens.completion_ids for t in again] == [t.tokens.completion_ids for t in trajs]
+    assert len({tuple(t.tokens.completion_ids) for t in trajs}) == len(trajs)  # samples differ
+
+
+def test_state_round_trips_through_a_file(
+    recorded: tuple[Any, list[Trajectory]], tmp_path: Path
+) -> None:
+    tok, trajs = recorded
+    batch = _groups(trajs, [1.0, 0.0, 0.0, 0.0])
+    a = _learner(tok)
+    a.step(batch)
+    torch.save({"learner": a.state_dict()}, tmp_path / "ckpt.pt")
+    b = _learner(tok, lr=1.0)  # the optimizer's settings come back from the state too
+    b.load_state_dict(torch.load(tmp_path / "ckpt.pt", weights_only=True)["learner"])
+    assert b.version == 1 and b.policy().version == 1
+    a.step(batch)
+    b.step(batch)
+    assert b.version == 2
+    assert all(torch.equal(v, b.model.state_dict()[k]) for k, v in a.model.state_dict().items())
+
+
+def test_same_seed_same_batch_same_weights(recorded: tuple[Any, list[Trajectory]]) -> None:
+    tok, trajs = recorded
+    batch = _groups(trajs, [1.0, 0.0, 0.25, 0.0])
+    a, b = _learner(tok, seed=3), _learner(tok, seed=3)
+    for _ in range(2):
+        a.step(batch), b.step(batch)
+    wb = b.model.state_dict()
+    assert all(torch.equal(v, wb[k]) for k, v in a.model.state_dict().items())
+
+
+def test_micro_batches_sum_to_the_batch(recorded: tuple[Any, list[Trajectory]]) -> None:
+    tok, trajs = recorded
+    batch = _groups(trajs, [1.0, 0.0, 0.25, 0.0])
+    whole, parts = _learner(tok).step(batch), _learner(tok, micro_batch_size=3).step(batch)
+    for key in ("loss", "grad_norm", "tokens"):
+        assert parts[key] == pytest.approx(whole[key], rel=1e-4, abs=1e-8)
+
+
+def test_grpo_and_dapo_agree_on_equal_lengths(recorded: tuple[Any, list[Trajectory]]) -> None:
+    tok, trajs = recorded
+    batch = _groups(trajs, [1.0, 0.0, 0.0, 0.0])
+    lengths = {sum(t.tokens.loss_mask) for t in trajs if t.tokens}
+    assert len(lengths) == 1  # every reply ran to max_tokens: the two means are one
+    dapo = _learner(tok).step(batch)
+    grpo = _learner(tok, loss_type="grpo").step(batch)
+    for key in ("loss", "grad_norm"):  # the loss is ~0 at the behaviour weights; its gradient not
+        assert grpo[key] == pytest.approx(dapo[key], rel=1e-4, abs=1e-7)
+
+
+def test_a_bad_token_view_is_refused_by_name(recorded: tuple[Any, list[Trajectory]]) -> None:
+    tok, trajs = recorded
+    learner = _learner(tok)
+    victim = trajs[2]
+    assert victim.tokens is not None
+    short = dataclasses.replace(victim.tokens, logprobs=victim.tokens.logprobs[:-1])
+    for bad in (
+        dataclasses.replace(victim, tokens=None),
+        dataclasses.replace(victim, tokens=short),
+    ):
+        batch_trajs = [*trajs[:2], bad, *trajs[3:]]
+        with pytest.raises(ConfigError, match=victim.episode_id):
+            learner.step(_groups(batch_trajs, [1.0, 0.0, 0.0, 0.0]))
+    assert learner.version == 0  # nothing was taken
+
+
+def test_an_unscored_trajectory_is_refused(recorded: tuple[Any, list[Trajectory]]) -> None:
+    tok, trajs = recorded
+    unscored = [dataclasses.replace(t, reward=None) if i == 1 else t for i, t in enumerate(trajs)]
+    with pytest.raises(ConfigError, match=trajs[1].episode_id):
+        _learner(tok).step(_groups(unscored))
