@@ -14,7 +14,18 @@ import pytest
 pytest.importorskip("trl")
 torch = pytest.importorskip("torch")
 
-from envlab.core import ConfigError, Trajectory  # noqa: E402
+from envlab.core import (  # noqa: E402
+    Component,
+    ConfigError,
+    EnvSpec,
+    GradingContext,
+    Limits,
+    Rubric,
+    Task,
+    TaskSet,
+    ToolEnv,
+    Trajectory,
+)
 from envlab.envs.arith import ArithEnv  # noqa: E402
 from envlab.rollout.driver import PlannedEpisode, episode_ids_in_group, run_episodes  # noqa: E402
 from envlab.train.learner import Group, Learner  # noqa: E402
@@ -210,3 +221,62 @@ def test_an_unscored_trajectory_is_refused(recorded: tuple[Any, list[Trajectory]
     unscored = [dataclasses.replace(t, reward=None) if i == 1 else t for i, t in enumerate(trajs)]
     with pytest.raises(ConfigError, match=trajs[1].episode_id):
         _learner(tok).step(_groups(unscored))
+
+
+# --- through the loop -------------------------------------------------------------------------
+def _ascii(ctx: GradingContext) -> float:
+    """The share of the reply's characters that are printable ASCII: a graded signal the tiny
+    random model gets a spread of (arith's grade is 0 for all its replies)."""
+    text = ctx.final_answer or ""
+    return sum(" " <= ch <= "~" for ch in text) / len(text) if text else 0.0
+
+
+class AsciiEpisode(ToolEnv):
+    rubric = Rubric([Component("ascii", _ascii, description="printable ASCII share")])
+
+
+class AsciiEnv(EnvSpec):
+    """Say anything; the reward is how much of it is printable ASCII."""
+
+    id = "ascii-share"
+    environment = AsciiEpisode
+    default_limits = Limits(max_steps=1)
+
+    def tasks(self, *, seed: int = 0, n: int | None = None, split: str = "train") -> TaskSet:
+        tasks = [Task(id=f"say-{i}", prompt=f"Say something ({i}).") for i in range(n or 2)]
+        return TaskSet(tasks, seed=seed, name=self.id)
+
+
+def _train(tmp: Path, tok: Any) -> tuple[LMLearner, Any]:
+    from envlab.train.loop import TrainConfig, train
+
+    spec, learner = AsciiEnv(), _learner(tok)
+    config = TrainConfig(steps=2, groups_per_step=2, group_size=3, sync=True, concurrency=3)
+    result = asyncio.run(
+        train(spec, spec.tasks(), learner, out_dir=tmp, config=config, command=["test"])
+    )
+    return learner, result
+
+
+def test_the_loop_drives_it_in_sync_mode_deterministically(tmp_path: Path) -> None:
+    from envlab.runs import TrajectoryStore
+    from envlab.train.checkpoint import latest_checkpoint
+
+    tok = tiny_tokenizer()
+    runs = [_train(tmp_path / name, tok) for name in ("a", "b")]
+    (a, ra), (b, rb) = runs
+    assert a.version == 2 and ra.state.step == 2
+    assert [m.learner["tokens"] > 0 and m.dead_groups < 1 for m in ra.metrics] == [True, True]
+    assert ra.metrics[1].learner["kl"] >= 0 and "clip_frac" in ra.metrics[1].learner
+    trajs = [TrajectoryStore(r.run_dir / "trajectories.jsonl").load() for r in (ra, rb)]
+    assert {t.info["policy_version"] for t in trajs[0]} == {0, 1}
+    assert [t.tokens.completion_ids for t in trajs[0]] == [
+        t.tokens.completion_ids for t in trajs[1]
+    ]
+    wb = b.model.state_dict()
+    assert all(torch.equal(v, wb[k]) for k, v in a.model.state_dict().items())
+    ckpt = torch.load(latest_checkpoint(ra.run_dir), weights_only=True)
+    fresh = _learner(tok)
+    fresh.load_state_dict(ckpt["learner"])
+    assert fresh.version == 2
+    assert all(torch.equal(v, fresh.model.state_dict()[k]) for k, v in a.model.state_dict().items())
