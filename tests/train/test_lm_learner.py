@@ -102,6 +102,31 @@ def test_is_a_learner_and_the_first_ratio_is_exact(recorded: tuple[Any, list[Tra
     assert any(not torch.equal(before[k], v) for k, v in learner.model.state_dict().items())
 
 
+def test_padding_and_unmasked_tokens_change_no_logprob(
+    recorded: tuple[Any, list[Trajectory]],
+) -> None:
+    """Prompts of different lengths (left padding), a completion cut short (right padding),
+    and tokens outside the loss mask whose recorded logprobs are garbage (as a tool
+    response's are): the counted tokens' ratios stay exactly those of the behaviour policy."""
+    tok, trajs = recorded
+    assert len({len(t.tokens.prompt_ids) for t in trajs if t.tokens}) > 1
+    a, b = trajs[1].tokens, trajs[2].tokens
+    assert a is not None and b is not None
+    cut = dataclasses.replace(
+        a, completion_ids=a.completion_ids[:4], loss_mask=a.loss_mask[:4], logprobs=a.logprobs[:4]
+    )
+    hidden = dataclasses.replace(
+        b, loss_mask=[0, 0, 0, *b.loss_mask[3:]], logprobs=[-50.0] * 3 + b.logprobs[3:]
+    )
+    views = {1: cut, 2: hidden}
+    edited = [
+        dataclasses.replace(t, tokens=views[i]) if i in views else t for i, t in enumerate(trajs)
+    ]
+    m = _learner(tok).step(_groups(edited, [1.0, 0.0, 0.5, 0.0]))
+    assert m["tokens"] == sum(sum(t.tokens.loss_mask) for t in edited if t.tokens)
+    assert abs(m["ratio_mean"] - 1.0) < 1e-4 and abs(m["kl"]) < 1e-6
+
+
 def test_a_positive_advantage_completion_gains_probability(
     recorded: tuple[Any, list[Trajectory]],
 ) -> None:
