@@ -305,3 +305,27 @@ def test_the_loop_drives_it_in_sync_mode_deterministically(tmp_path: Path) -> No
     fresh.load_state_dict(ckpt["learner"])
     assert fresh.version == 2
     assert all(torch.equal(v, fresh.model.state_dict()[k]) for k, v in a.model.state_dict().items())
+
+
+def test_the_cli_factory_loads_a_saved_model(tmp_path: Path) -> None:
+    """``envlab train ENV --learner envlab.train.lm_learner:lm_learner --learner-arg model=DIR``."""
+    from envlab.train.lm_learner import lm_learner
+
+    tok = tiny_tokenizer()
+    saved = tiny_model(len(tok))
+    saved.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    spec = AsciiEnv()
+    learner = lm_learner(
+        spec=spec, tasks=spec.tasks(seed=5), model=str(tmp_path), lr=0.01, max_turns=1
+    )
+    assert learner.seed == 5 and learner.optimizer.param_groups[0]["lr"] == 0.01
+    loaded = learner.model.state_dict()
+    assert all(torch.equal(v, loaded[k]) for k, v in saved.state_dict().items())
+    assert learner.policy().spec.limits["max_turns"] == 1
+    with pytest.raises(ConfigError, match="torch dtype"):
+        lm_learner(model=str(tmp_path), dtype="float3")
+    with pytest.raises(ConfigError, match="cannot load"):
+        lm_learner(model=str(tmp_path / "absent"))
+    with pytest.raises(ConfigError, match="learner-arg"):
+        lm_learner(model=str(tmp_path), learning_rate=0.1)

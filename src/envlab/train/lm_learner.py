@@ -33,7 +33,9 @@ optimizer state and the batch (on CPU; CUDA kernels may not be bitwise determini
 Sampling is seeded per turn from ``(seed, episode seed + turn)`` in a forked torch generator,
 never from the process's global stream.
 
-torch, transformers and trl are imported lazily, inside the calls.
+From the command line: ``envlab train ENV --learner envlab.train.lm_learner:lm_learner
+--learner-arg model=PATH_OR_HUB_ID`` (``lm_learner``, at the end). torch, transformers and trl
+are imported lazily, inside the calls.
 """
 
 from __future__ import annotations
@@ -261,7 +263,7 @@ class LMLearner:
             p.grad = None  # a copy taken during backward must not carry its gradients
             p.requires_grad_(False)
         frozen.eval()
-        kw = {"temperature": self.temperature, **self.agent_kwargs}
+        kw = {"temperature": self.temperature, "name": "lm-learner", **self.agent_kwargs}
         kw["model_id"] = f"{kw.get('model_id', type(self.model).__name__)}@v{self._version}"
         return SnapshotAgents(frozen, self.tokenizer, version=self._version, salt=self.seed, **kw)
 
@@ -377,3 +379,41 @@ class LMLearner:
             self._version = int(state["version"])
             self.seed = int(state.get("seed", self.seed))
             self._snapshot = None
+
+
+_AGENT_ARGS = ("max_tokens", "max_turns", "max_episode_tokens", "instructions", "name", "model_id")
+
+
+def lm_learner(
+    *,
+    spec: Any = None,
+    tasks: Any = None,
+    model: str,
+    dtype: str | None = None,
+    device: str | None = None,
+    **settings: Any,
+) -> LMLearner:
+    """The ``envlab train`` factory: ``--learner envlab.train.lm_learner:lm_learner
+    --learner-arg model=PATH_OR_HUB_ID [--learner-arg lr=1e-6 ...]``. ``model`` is loaded
+    with ``AutoModelForCausalLM`` and ``AutoTokenizer`` (no remote code); ``dtype`` e.g.
+    ``bfloat16``; ``max_tokens``, ``max_turns``, ``max_episode_tokens``, ``instructions`` go
+    to the agents, every other setting to ``LMLearner``; the seed is the task set's."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    agent = {k: settings.pop(k) for k in _AGENT_ARGS if k in settings}
+    if dtype is not None and not isinstance(getattr(torch, dtype, None), torch.dtype):
+        raise ConfigError(f"dtype must name a torch dtype (e.g. bfloat16), got {dtype!r}")
+    try:
+        extra = {"dtype": getattr(torch, dtype)} if dtype else {}
+        lm = AutoModelForCausalLM.from_pretrained(model, **extra)
+        tokenizer = AutoTokenizer.from_pretrained(model)
+    except (OSError, ValueError) as e:  # no such folder or hub id; a malformed id
+        raise ConfigError(f"cannot load the model {model!r}: {e}") from None
+    if device is not None:
+        lm = lm.to(device)
+    settings.setdefault("seed", int(getattr(tasks, "seed", 0) or 0))
+    try:
+        return LMLearner(lm, tokenizer, agent_kwargs=agent, **settings)
+    except TypeError as e:
+        raise ConfigError(f"--learner-arg: {e}") from None
