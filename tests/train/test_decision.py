@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from envlab.agents import load_agent
@@ -205,9 +206,9 @@ def test_same_seed_and_batches_give_identical_weights() -> None:
         ma, mb = a.step(batch), b.step(batch)
         assert ma == mb
     for k in ("embed", "b1", "w2", "b2"):
-        assert torch.equal(a.weights.tensors[k], b.weights.tensors[k])
+        assert np.array_equal(a.weights.arrays[k], b.weights.arrays[k])
     other = DecisionLearner(OPTIONS, DecisionConfig(dim=1 << 10, hidden=16, seed=4))
-    assert not torch.equal(other.weights.tensors["embed"], a.weights.tensors["embed"])
+    assert not np.array_equal(other.weights.arrays["embed"], a.weights.arrays["embed"])
 
 
 def test_state_dict_round_trips_through_torch_load_weights_only(tmp_path: Path) -> None:
@@ -224,7 +225,7 @@ def test_state_dict_round_trips_through_torch_load_weights_only(tmp_path: Path) 
     batch = toy_batch(learner, 3)
     assert learner.step(batch) == resumed.step(batch)  # Adam's moments came back too
     for k in ("embed", "b1", "w2", "b2"):
-        assert torch.equal(learner.weights.tensors[k], resumed.weights.tensors[k])
+        assert np.array_equal(learner.weights.arrays[k], resumed.weights.arrays[k])
     wrong = DecisionLearner(OPTIONS, DecisionConfig(dim=1 << 11, hidden=16))
     with pytest.raises(ConfigError, match="same settings"):
         wrong.load_state_dict(state)

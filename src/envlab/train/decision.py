@@ -20,7 +20,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
 
 from envlab.core import (
     Action,
@@ -31,13 +33,17 @@ from envlab.core import (
     EpisodeContext,
     Observation,
     Task,
-    Trajectory,
 )
-from envlab.train.features import FEATURES_VERSION, featurize, parse_options
-from envlab.train.learner import Group, group_advantages
-
-if TYPE_CHECKING:
-    import torch
+from envlab.train.features import (
+    FEATURES_VERSION,
+    Samples,
+    decision_samples,
+    featurize,
+    option_order,
+    parse_options,
+    read_decision,
+)
+from envlab.train.learner import Group
 
 POLICY_FORMAT = "envlab.decision.policy/1"
 LEARNER_FORMAT = "envlab.decision.learner/1"
@@ -46,38 +52,43 @@ WEIGHT_NAMES = ("embed", "b1", "w2", "b2")
 
 @dataclass(frozen=True, slots=True)
 class PolicyWeights:
-    """A frozen copy of the model: ``embed`` (dim x hidden), ``b1``, ``w2`` (K x hidden), ``b2``.
+    """A frozen copy of the model: ``embed`` (dim x hidden), ``b1``, ``w2`` (K x hidden), ``b2``,
+    as read-only float32 numpy arrays (the agents' forward pass needs no torch).
 
-    Nothing changes these tensors after construction (the learner clones its parameters into a
+    Nothing changes these arrays after construction (the learner copies its parameters into a
     new one after each step), so every agent made over it acts the same for ever."""
 
     options: tuple[str, ...]
     dim: int
-    tensors: dict[str, torch.Tensor]
+    arrays: dict[str, np.ndarray]
     version: int = 0
     features: str = FEATURES_VERSION
     digest: str = field(default="", compare=False)
 
     @staticmethod
     def of(
-        options: Sequence[str], tensors: dict[str, torch.Tensor], version: int, features: str
+        options: Sequence[str], weights: dict[str, Any], version: int, features: str
     ) -> PolicyWeights:
-        frozen = {k: tensors[k].detach().clone().contiguous() for k in WEIGHT_NAMES}
+        """A frozen copy of ``weights`` (torch tensors or arrays, by ``WEIGHT_NAMES``)."""
+        frozen: dict[str, np.ndarray] = {}
         h = hashlib.blake2b(digest_size=16)
         h.update(("\0".join(options) + f"\0{features}").encode())
         for k in WEIGHT_NAMES:
-            h.update(frozen[k].numpy().tobytes())
+            w = weights[k]
+            w = w.detach().cpu().numpy() if hasattr(w, "detach") else w
+            frozen[k] = a = np.array(w, dtype=np.float32, copy=True, order="C")
+            a.setflags(write=False)
+            h.update(a.tobytes())
         dim = int(frozen["embed"].shape[0])
         return PolicyWeights(tuple(options), dim, frozen, version, features, h.hexdigest())
 
     def logprobs(self, indices: Sequence[int]) -> list[float]:
         """Log-probabilities of ``self.options`` for one prompt's feature indices."""
-        import torch
-
-        t = self.tensors
-        with torch.no_grad():
-            h = torch.relu(t["embed"][torch.tensor(list(indices))].sum(0) + t["b1"])
-            return torch.log_softmax(t["w2"] @ h + t["b2"], dim=0).tolist()
+        a = self.arrays
+        h = np.maximum(a["embed"][np.asarray(indices, dtype=np.int64)].sum(0) + a["b1"], 0.0)
+        z = (a["w2"] @ h + a["b2"]).astype(np.float64)
+        z -= z.max()
+        return (z - math.log(float(np.exp(z).sum()))).tolist()
 
     def save(self, path: str | Path) -> None:
         """Write the policy (for ``--agent decision --agent-arg checkpoint=PATH``)."""
@@ -88,7 +99,7 @@ class PolicyWeights:
             "options": list(self.options),
             "features": self.features,
             "version": self.version,
-            "weights": dict(self.tensors),
+            "weights": {k: torch.from_numpy(a.copy()) for k, a in self.arrays.items()},
         }
         torch.save(state, str(path))
 
@@ -187,19 +198,9 @@ class DecisionPolicy(AgentFactory):
             options = parse_options(prompt)
             return options, [-math.log(len(options))] * len(options)
         feats = featurize(prompt, w.dim)
-        order = _model_order(feats.options, w.options)
+        order = option_order(feats.options, w.options)
         lps = w.logprobs(feats.indices)
         return feats.options, [lps[j] for j in order]
-
-
-def _model_order(prompt_options: Sequence[str], model_options: Sequence[str]) -> list[int]:
-    """For each option of the prompt, its index in the model's output."""
-    if set(prompt_options) != set(model_options) or len(prompt_options) != len(model_options):
-        raise ConfigError(
-            f"the prompt's options {list(prompt_options)} are not the options the decision model "
-            f"was trained on {list(model_options)}; train a model for this environment"
-        )
-    return [list(model_options).index(o) for o in prompt_options]
 
 
 def decision(*, checkpoint: str | None = None, greedy: bool = True, **unknown: Any) -> AgentFactory:
@@ -228,15 +229,24 @@ def save_policy(weights: PolicyWeights, path: str | Path) -> None:
 class DecisionConfig:
     """The model's shape and the update's settings."""
 
-    dim: int = 1 << 14
-    hidden: int = 64
+    dim: int = 1 << 13
+    """Hash buckets of the features (rows of the embedding)."""
+    hidden: int = 32
     lr: float = 0.01
     clip: float = 0.2
-    entropy_coef: float = 0.0
-    scale_advantages: bool = True
+    """PPO's clip of the ratio to the behaviour policy: ``[1 - clip, 1 + clip]``."""
+    entropy_coef: float = 0.1
+    """Weight of the mean entropy bonus; without it the policy collapses onto the options that
+    are safe on average before it has tried the rarer ones where they are best."""
+    scale_advantages: bool = False
+    """Divide each group's centred rewards by their std (GRPO) or not (Dr. GRPO, the default:
+    then ``entropy_coef`` is in reward units)."""
     max_grad_norm: float = 1.0
     init_std: float = 0.1
     seed: int = 0
+    threads: int | None = 1
+    """torch's intra-op threads during a step (restored after); ``None``: leave them. One is
+    fastest for a model this small, several times faster than two on a busy 2-core machine."""
 
     def check(self) -> None:
         if self.dim < 2 or self.hidden < 1:
@@ -308,10 +318,24 @@ class DecisionLearner:
         """One Adam step on the batch's clipped group-relative policy-gradient loss."""
         import torch
 
-        samples = _samples(batch, self.options, self.config)
-        cfg, p = self.config, self._params
+        cfg = self.config
+        samples = decision_samples(batch, self.options, cfg.dim, scale=cfg.scale_advantages)
         if not samples.advantages:
             raise ConfigError("the batch given to DecisionLearner.step holds no samples")
+        threads = torch.get_num_threads()
+        if cfg.threads is not None:
+            torch.set_num_threads(cfg.threads)
+        try:
+            metrics = self._update(samples)
+        finally:
+            torch.set_num_threads(threads)
+        self._publish(self.version + 1)  # agents already made keep their own snapshot
+        return metrics
+
+    def _update(self, samples: Samples) -> dict[str, float]:
+        import torch
+
+        cfg, p = self.config, self._params
         idx = torch.tensor(samples.indices, dtype=torch.long)
         offsets = torch.tensor(samples.offsets, dtype=torch.long)
         h = torch.relu(
@@ -331,7 +355,6 @@ class DecisionLearner:
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(list(p.values()), cfg.max_grad_norm)
         self._opt.step()
-        self._publish(self.version + 1)  # agents already made keep their own snapshot
         with torch.no_grad():
             return {
                 "loss": float(loss),
@@ -390,70 +413,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value
-
-
-@dataclass(slots=True)
-class _Samples:
-    indices: list[int] = field(default_factory=list)
-    offsets: list[int] = field(default_factory=list)
-    choices: list[int] = field(default_factory=list)
-    behaviour: list[float] = field(default_factory=list)
-    advantages: list[float] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
-    dead_groups: int = 0
-
-
-def _samples(batch: Sequence[Group], options: tuple[str, ...], cfg: DecisionConfig) -> _Samples:
-    out = _Samples()
-    for group in batch:
-        trajs = [t for t in group.trajectories if t.reward is not None]
-        rewards = [float(t.reward) for t in trajs]  # type: ignore[arg-type]
-        out.rewards += rewards
-        if group.dead:
-            out.dead_groups += 1
-        for traj, adv in zip(
-            trajs, group_advantages(rewards, scale=cfg.scale_advantages), strict=True
-        ):
-            prompt, choice, logprob = read_decision(traj, options)
-            out.offsets.append(len(out.indices))
-            out.indices += featurize(prompt, cfg.dim).indices
-            out.choices.append(choice)
-            out.behaviour.append(logprob)
-            out.advantages.append(adv)
-    return out
-
-
-def read_decision(traj: Trajectory, options: Sequence[str]) -> tuple[str, int, float]:
-    """``(prompt, index of the chosen option in options, behaviour logprob)`` of a decision
-    trajectory; anything else (no prompt, no action, an answer that is not an option, no
-    logprob) is a ``ConfigError``: the learner never skips a sample silently."""
-    where = f"trajectory {traj.episode_id or traj.task_id!r}"
-    prompt = next((m.get("content") for m in traj.messages if m.get("role") == "user"), None)
-    if not isinstance(prompt, str):
-        raise ConfigError(f"{where} has no user message: no prompt to learn from")
-    if not traj.steps:
-        raise ConfigError(f"{where} ({traj.status.value}) has no action to learn from")
-    action = traj.steps[-1].action
-    prompt_options = parse_options(prompt)
-    order = _model_order(prompt_options, options)
-    if action.text not in prompt_options:
-        raise ConfigError(
-            f"{where}: the action {action.text[:80]!r} is not one of the options "
-            f"{list(prompt_options)}; was it produced by the decision agent?"
-        )
-    i = prompt_options.index(action.text)
-    if action.info.get("choice", i) != i:
-        raise ConfigError(
-            f"{where}: action.info['choice'] = {action.info.get('choice')!r} but the text names "
-            f"option {i} ({action.text!r})"
-        )
-    logprob = action.info.get("logprob")
-    if not isinstance(logprob, int | float) or not math.isfinite(logprob) or logprob > 1e-6:
-        raise ConfigError(
-            f"{where}: no valid behaviour logprob in action.info (got {logprob!r}); the "
-            "decision learner learns only from episodes its own agents played"
-        )
-    return prompt, order[i], float(logprob)
 
 
 __all__ = [

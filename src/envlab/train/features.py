@@ -21,12 +21,15 @@ prompt gives the same indices in every process. No torch here: indices are plain
 from __future__ import annotations
 
 import hashlib
+import math
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import combinations, pairwise
 
-from envlab.core import ConfigError
+from envlab.core import ConfigError, Trajectory
+from envlab.train.learner import Group, group_advantages
 
 FEATURES_VERSION = "triage-hash/1"
 """Bumped whenever the feature names change: a checkpoint records the version it was trained on."""
@@ -142,13 +145,95 @@ def featurize(prompt: str, dim: int) -> Features:
     return Features(options, tuple(stable_index(n, dim) for n in names), names)
 
 
+def option_order(prompt_options: Sequence[str], model_options: Sequence[str]) -> list[int]:
+    """For each option of the prompt, its index in the model's output."""
+    if set(prompt_options) != set(model_options) or len(prompt_options) != len(model_options):
+        raise ConfigError(
+            f"the prompt's options {list(prompt_options)} are not the options the decision model "
+            f"was trained on {list(model_options)}; train a model for this environment"
+        )
+    return [list(model_options).index(o) for o in prompt_options]
+
+
+@dataclass(slots=True)
+class Samples:
+    """The flat arrays of a batch's samples: feature indices with their offsets per sample,
+    the chosen option (model index), behaviour logprob, advantage and reward."""
+
+    indices: list[int] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    choices: list[int] = field(default_factory=list)
+    behaviour: list[float] = field(default_factory=list)
+    advantages: list[float] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    dead_groups: int = 0
+
+
+def decision_samples(
+    batch: Sequence[Group], options: Sequence[str], dim: int, *, scale: bool = True
+) -> Samples:
+    """The samples of a batch of decision groups, with their group-relative advantages."""
+    out = Samples()
+    for group in batch:
+        trajs = [t for t in group.trajectories if t.reward is not None]
+        rewards = [float(t.reward) for t in trajs]  # type: ignore[arg-type]
+        out.rewards += rewards
+        if group.dead:
+            out.dead_groups += 1
+        for traj, adv in zip(trajs, group_advantages(rewards, scale=scale), strict=True):
+            prompt, choice, logprob = read_decision(traj, options)
+            out.offsets.append(len(out.indices))
+            out.indices += featurize(prompt, dim).indices
+            out.choices.append(choice)
+            out.behaviour.append(logprob)
+            out.advantages.append(adv)
+    return out
+
+
+def read_decision(traj: Trajectory, options: Sequence[str]) -> tuple[str, int, float]:
+    """``(prompt, index of the chosen option in options, behaviour logprob)`` of a decision
+    trajectory; anything else (no prompt, no action, an answer that is not an option, no
+    logprob) is a ``ConfigError``: the learner never skips a sample silently."""
+    where = f"trajectory {traj.episode_id or traj.task_id!r}"
+    prompt = next((m.get("content") for m in traj.messages if m.get("role") == "user"), None)
+    if not isinstance(prompt, str):
+        raise ConfigError(f"{where} has no user message: no prompt to learn from")
+    if not traj.steps:
+        raise ConfigError(f"{where} ({traj.status.value}) has no action to learn from")
+    action = traj.steps[-1].action
+    prompt_options = parse_options(prompt)
+    order = option_order(prompt_options, options)
+    if action.text not in prompt_options:
+        raise ConfigError(
+            f"{where}: the action {action.text[:80]!r} is not one of the options "
+            f"{list(prompt_options)}; was it produced by the decision agent?"
+        )
+    i = prompt_options.index(action.text)
+    if action.info.get("choice", i) != i:
+        raise ConfigError(
+            f"{where}: action.info['choice'] = {action.info.get('choice')!r} but the text names "
+            f"option {i} ({action.text!r})"
+        )
+    logprob = action.info.get("logprob")
+    if not isinstance(logprob, int | float) or not math.isfinite(logprob) or logprob > 1e-6:
+        raise ConfigError(
+            f"{where}: no valid behaviour logprob in action.info (got {logprob!r}); the "
+            "decision learner learns only from episodes its own agents played"
+        )
+    return prompt, order[i], float(logprob)
+
+
 __all__ = [
     "FEATURES_VERSION",
     "Features",
+    "Samples",
+    "decision_samples",
     "feature_names",
     "featurize",
+    "option_order",
     "parse_fields",
     "parse_options",
+    "read_decision",
     "stable_index",
     "time_bucket",
 ]
