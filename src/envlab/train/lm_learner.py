@@ -2,8 +2,7 @@
 token views (``envlab.train.learner.Learner``).
 
 The loss is TRL 1.16's ``GRPOTrainer._compute_loss`` with ``beta=0`` (no reference model),
-``importance_sampling_level="token"``, ``num_iterations=1`` and ``delta=None``, computed from
-what the episodes recorded rather than from a generation pass of its own:
+``importance_sampling_level="token"`` and ``delta=None``, on what the episodes recorded:
 
 - per token, the importance ratio ``r = exp(logp_new - logp_behaviour)`` against the
   behaviour logprobs of the token view (the weights that sampled it, perhaps a few versions
@@ -11,8 +10,7 @@ what the episodes recorded rather than from a generation pass of its own:
   ``loss_t = -min(r * A, clip(r) * A)``, with ``A`` the group-relative advantage of the
   trajectory's reward (``envlab.train.learner.group_advantages``: envlab's exact group std,
   where TRL divides by ``std + 1e-4``; ``scale_rewards=False`` is Dr. GRPO's unscaled one);
-- only tokens with ``loss_mask`` 1 count (the model's own tokens; never tool responses or
-  the chat template's turn tokens);
+- only tokens with ``loss_mask`` 1 count (the model's own: never tool responses or turns);
 - ``loss_type="dapo"`` (TRL's default, and ours): the masked sum over the batch divided by
   the batch's number of counted tokens; ``loss_type="grpo"``: each trajectory's masked mean,
   then the mean over trajectories;
@@ -22,9 +20,9 @@ what the episodes recorded rather than from a generation pass of its own:
   without materialising a second vocabulary-sized tensor (a fused kernel on GPU), which is the
   memory that matters for a real vocabulary;
 - metrics as TRL names them in spirit: ``clip_frac`` is TRL's ``clip_ratio/region_mean``,
-  ``kl`` the k3 estimate ``exp(b - n) - (b - n) - 1`` of KL(behaviour || new) over the counted
-  tokens (0 when the batch was sampled by the current weights), ``grad_norm`` the norm before
-  clipping.
+  ``kl`` the k3 estimate ``r - log r - 1`` of KL(behaviour || new) (unbiased, the tokens
+  being the behaviour policy's samples) over the counted tokens, 0 when the batch was sampled
+  by the current weights; ``grad_norm`` the norm before clipping.
 
 The forward pass runs with dropout off (``model.eval()``), as the behaviour logprobs were
 recorded (``TransformersPolicy`` generates in eval mode): the ratio compares one function, and
@@ -139,13 +137,9 @@ def _checked(t: Trajectory, advantage: float) -> _Sample:
         )
     if not all(math.isfinite(x) for x in tv.logprobs):
         raise ConfigError(f"{where}: its behaviour logprobs are not all finite")
+    mask, logprobs = [int(bool(m)) for m in tv.loss_mask], [float(x) for x in tv.logprobs]
     return _Sample(
-        t.episode_id,
-        list(tv.prompt_ids),
-        list(tv.completion_ids),
-        [int(bool(m)) for m in tv.loss_mask],
-        [float(x) for x in tv.logprobs],
-        advantage,
+        t.episode_id, list(tv.prompt_ids), list(tv.completion_ids), mask, logprobs, advantage
     )
 
 
@@ -359,7 +353,7 @@ class LMLearner:
         with torch.no_grad():
             low = (ratio < 1 - self.eps_low) & (adv < 0)
             high = (ratio > 1 + self.eps_high) & (adv > 0)
-            kl = torch.exp(-log_ratio) + log_ratio - 1
+            kl = ratio - log_ratio - 1  # k3 of KL(behaviour || new), the tokens being behaviour's
             return {
                 "loss": float(loss.detach()),
                 "clipped": float(((low | high).float() * mask).sum()),
