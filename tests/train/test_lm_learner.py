@@ -230,13 +230,12 @@ def test_a_bad_token_view_is_refused_by_name(recorded: tuple[Any, list[Trajector
     learner = _learner(tok)
     victim = trajs[2]
     assert victim.tokens is not None
+    n = len(victim.tokens.completion_ids)
     short = dataclasses.replace(victim.tokens, logprobs=victim.tokens.logprobs[:-1])
-    for bad in (
-        dataclasses.replace(victim, tokens=None),
-        dataclasses.replace(victim, tokens=short),
-    ):
-        batch_trajs = [*trajs[:2], bad, *trajs[3:]]
-        with pytest.raises(ConfigError, match=victim.episode_id):
+    alien = dataclasses.replace(victim.tokens, completion_ids=[10**6] * n)  # another vocabulary
+    for view, why in ((None, "no token view"), (short, "disagree"), (alien, "vocabulary")):
+        batch_trajs = [*trajs[:2], dataclasses.replace(victim, tokens=view), *trajs[3:]]
+        with pytest.raises(ConfigError, match=f"{victim.episode_id}.*{why}"):
             learner.step(_groups(batch_trajs, [1.0, 0.0, 0.0, 0.0]))
     assert learner.version == 0  # nothing was taken
 

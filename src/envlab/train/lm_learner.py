@@ -119,7 +119,7 @@ class _Sample:
     advantage: float
 
 
-def _checked(t: Trajectory, advantage: float) -> _Sample:
+def _checked(t: Trajectory, advantage: float, vocab: int | None = None) -> _Sample:
     """The trajectory's token view, or a ConfigError naming the episode."""
     tv = t.tokens
     where = f"episode {t.episode_id!r} (task {t.task_id!r})"
@@ -137,13 +137,19 @@ def _checked(t: Trajectory, advantage: float) -> _Sample:
         )
     if not all(math.isfinite(x) for x in tv.logprobs):
         raise ConfigError(f"{where}: its behaviour logprobs are not all finite")
+    ids = [*tv.prompt_ids, *tv.completion_ids]
+    if vocab is not None and (min(ids) < 0 or max(ids) >= vocab):
+        raise ConfigError(
+            f"{where}: token ids outside the model's vocabulary of {vocab} (ids "
+            f"{min(ids)}..{max(ids)}): was it played by another model's tokenizer?"
+        )
     mask, logprobs = [int(bool(m)) for m in tv.loss_mask], [float(x) for x in tv.logprobs]
     return _Sample(
         t.episode_id, list(tv.prompt_ids), list(tv.completion_ids), mask, logprobs, advantage
     )
 
 
-def _samples(batch: Sequence[Group], scale: bool) -> list[_Sample]:
+def _samples(batch: Sequence[Group], scale: bool, vocab: int | None) -> list[_Sample]:
     out: list[_Sample] = []
     for g in batch:
         for t in g.trajectories:
@@ -153,7 +159,7 @@ def _samples(batch: Sequence[Group], scale: bool) -> list[_Sample]:
                     "only scored trajectories belong in a Group"
                 )
         advantages = group_advantages([float(t.reward or 0.0) for t in g.trajectories], scale=scale)
-        out += [_checked(t, a) for t, a in zip(g.trajectories, advantages, strict=True)]
+        out += [_checked(t, a, vocab) for t, a in zip(g.trajectories, advantages, strict=True)]
     return out
 
 
@@ -271,7 +277,8 @@ class LMLearner:
         """One AdamW step on ``batch``; returns its metrics (floats)."""
         import torch
 
-        samples = _samples(batch, self.scale_rewards)
+        vocab = self.model.get_input_embeddings().num_embeddings
+        samples = _samples(batch, self.scale_rewards, vocab)
         if not samples:
             raise ConfigError("step() got a batch without trajectories")
         tokens = sum(sum(s.mask) for s in samples)
