@@ -322,3 +322,82 @@ def test_the_toy_rules_are_learned_from_reward_alone() -> None:
     greedy = learner.policy(greedy=True)
     right = sum(act(greedy, p, seed=0).text == best for p, best in TOY.items())
     assert right == len(TOY)
+
+
+def test_decision_config_checks_its_settings() -> None:
+    with pytest.raises(ConfigError, match="dim must be int"):
+        DecisionConfig(dim="big")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="must be > 0"):
+        DecisionConfig(lr=0.0)
+    with pytest.raises(ConfigError, match="scale_advantages must be bool"):
+        DecisionConfig(scale_advantages=1)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=">= 2 distinct options"):
+        DecisionLearner(("only",), SMALL)
+
+
+# --- real triage episodes ---------------------------------------------------------------------
+def sync_train(
+    spec: Any, tasks: list[Any], learner: DecisionLearner, steps: int, groups: int, size: int
+) -> None:
+    """The --sync loop by hand: a batch of groups with the current policy, then one step."""
+    from envlab.rollout.driver import PlannedEpisode, episode_ids_in_group, group_id, run_episodes
+
+    env_hash, index = spec.content_hash(), 0
+    for _ in range(steps):
+        factory = learner.policy()
+        plan, meta = [], []
+        for _ in range(groups):
+            task = tasks[(index * 7919) % len(tasks)]
+            gid = group_id(spec.id, env_hash, task.id, index)
+            meta.append((index, gid, task.id))
+            plan += [
+                PlannedEpisode(task, s, episode_ids_in_group(gid, s), factory) for s in range(size)
+            ]
+            index += 1
+        trajs = asyncio.run(run_episodes(spec, plan, concurrency=8))
+        assert all(t.scored for t in trajs), {t.status for t in trajs}
+        batch = [
+            Group(i, gid, tid, factory.version, tuple(trajs[k * size : (k + 1) * size]))
+            for k, (i, gid, tid) in enumerate(meta)
+        ]
+        learner.step(batch)
+
+
+def mean_reward(spec: Any, factory: AgentFactory, tasks: list[Any]) -> float:
+    from envlab.rollout.driver import PlannedEpisode, episode_ids, run_episodes
+
+    plan = [PlannedEpisode(t, 0, episode_ids(spec.id, "eval", t.id, 1, 0), factory) for t in tasks]
+    trajs = asyncio.run(run_episodes(spec, plan, concurrency=8))
+    assert all(t.scored for t in trajs), {t.status for t in trajs}
+    return sum(float(t.reward or 0.0) for t in trajs) / len(trajs)
+
+
+def test_triage_reward_rises_well_above_the_uniform_policy() -> None:
+    TriageEnv = pytest.importorskip("envlab.envs.triage").TriageEnv  # noqa: N806 - lands soon
+
+    spec = TriageEnv()
+    train = list(spec.tasks(seed=0, n=1500, split="train"))
+    test = list(spec.tasks(seed=0, n=400, split="test"))
+    optimum = mean_reward(spec, load_agent("oracle"), test)
+    uniform = mean_reward(spec, decision(), test)
+    assert optimum - uniform > 0.2  # the environment leaves room to learn
+    learner = DecisionLearner.for_tasks(train, DecisionConfig(seed=0))
+    sync_train(spec, train, learner, steps=60, groups=32, size=8)
+    trained = mean_reward(spec, learner.policy(greedy=True), test)
+    assert trained >= uniform + 0.6 * (optimum - uniform), (trained, uniform, optimum)
+
+
+def test_the_sync_loop_on_triage_is_reproducible() -> None:
+    TriageEnv = pytest.importorskip("envlab.envs.triage").TriageEnv  # noqa: N806 - lands soon
+
+    spec = TriageEnv()
+    train = list(spec.tasks(seed=0, n=64, split="train"))
+    runs = []
+    for _ in range(2):
+        learner = DecisionLearner.for_tasks(train, SMALL)
+        sync_train(spec, train, learner, steps=3, groups=8, size=4)
+        runs.append(learner)
+    assert runs[0].version == runs[1].version == 3
+    assert runs[0].weights.digest == runs[1].weights.digest
+    for k in ("embed", "b1", "w2", "b2"):
+        assert np.array_equal(runs[0].weights.arrays[k], runs[1].weights.arrays[k])

@@ -248,11 +248,31 @@ class DecisionConfig:
     """torch's intra-op threads during a step (restored after); ``None``: leave them. One is
     fastest for a model this small, several times faster than two on a busy 2-core machine."""
 
-    def check(self) -> None:
-        if self.dim < 2 or self.hidden < 1:
-            raise ConfigError(f"dim must be >= 2 and hidden >= 1, got {self.dim}, {self.hidden}")
-        if not (self.lr > 0 and self.clip > 0 and self.max_grad_norm > 0):
-            raise ConfigError("lr, clip and max_grad_norm of the decision learner must be > 0")
+    def __post_init__(self) -> None:
+        for name, f in self.__dataclass_fields__.items():
+            value, kind = getattr(self, name), str(f.type)
+            if not _type_ok(value, kind):
+                raise ConfigError(f"decision learner setting {name} must be {kind}, got {value!r}")
+        if self.dim < 2 or self.hidden < 1 or (self.threads is not None and self.threads < 1):
+            raise ConfigError(
+                f"decision learner: dim must be >= 2, hidden and threads >= 1 (got dim="
+                f"{self.dim}, hidden={self.hidden}, threads={self.threads})"
+            )
+        if not (self.lr > 0 and self.clip > 0 and self.max_grad_norm > 0 and self.init_std > 0):
+            raise ConfigError("decision learner: lr, clip, max_grad_norm and init_std must be > 0")
+        if self.entropy_coef < 0:
+            raise ConfigError(
+                f"decision learner: entropy_coef must be >= 0, got {self.entropy_coef}"
+            )
+
+
+def _type_ok(value: Any, kind: str) -> bool:
+    """``value`` fits the annotation ``kind`` (``int``, ``float``, ``bool``, ``int | None``)."""
+    if value is None:
+        return "None" in kind
+    if isinstance(value, bool) or kind == "bool":
+        return isinstance(value, bool) and kind == "bool"
+    return isinstance(value, int) or (kind == "float" and isinstance(value, float))
 
 
 class DecisionLearner:
@@ -265,7 +285,6 @@ class DecisionLearner:
         if len(self.options) < 2 or len(set(self.options)) != len(self.options):
             raise ConfigError(f"a decision model needs >= 2 distinct options, got {options!r}")
         self.config = cfg = config or DecisionConfig()
-        cfg.check()
         g = torch.Generator().manual_seed(cfg.seed)
         k = len(self.options)
         self._params = {
