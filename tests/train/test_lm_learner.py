@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -271,11 +272,11 @@ class AsciiEnv(EnvSpec):
         return TaskSet(tasks, seed=seed, name=self.id)
 
 
-def _train(tmp: Path, tok: Any) -> tuple[LMLearner, Any]:
+def _train(tmp: Path, tok: Any, *, sync: bool = True, steps: int = 2) -> tuple[LMLearner, Any]:
     from envlab.train.loop import TrainConfig, train
 
     spec, learner = AsciiEnv(), _learner(tok)
-    config = TrainConfig(steps=2, groups_per_step=2, group_size=3, sync=True, concurrency=3)
+    config = TrainConfig(steps=steps, groups_per_step=2, group_size=3, sync=sync, concurrency=3)
     result = asyncio.run(
         train(spec, spec.tasks(), learner, out_dir=tmp, config=config, command=["test"])
     )
@@ -304,6 +305,22 @@ def test_the_loop_drives_it_in_sync_mode_deterministically(tmp_path: Path) -> No
     fresh.load_state_dict(ckpt["learner"])
     assert fresh.version == 2
     assert all(torch.equal(v, fresh.model.state_dict()[k]) for k, v in a.model.state_dict().items())
+
+
+def test_the_loop_drives_it_async_within_the_staleness_bound(tmp_path: Path) -> None:
+    """Rollouts with the snapshots while the learner steps in its worker thread."""
+    from envlab.runs import TrajectoryStore
+
+    learner, result = _train(tmp_path, tiny_tokenizer(), sync=False)
+    assert learner.version == 2 and [m.step for m in result.metrics] == [1, 2]
+    assert all(int(age) <= 1 for m in result.metrics for age in m.staleness)
+    for m in result.metrics:
+        assert all(math.isfinite(v) for v in m.learner.values()) and m.learner["tokens"] > 0
+    trajs = TrajectoryStore(result.run_dir / "trajectories.jsonl").load()
+    learned = [t for t in trajs if "learner_step" in t.info]
+    assert learned and all(
+        t.agent.model_id.endswith(f"@v{t.info['policy_version']}") for t in learned
+    )
 
 
 def test_the_cli_factory_loads_a_saved_model(tmp_path: Path) -> None:
