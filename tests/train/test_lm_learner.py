@@ -78,7 +78,7 @@ def _completion_logp(learner: LMLearner, t: Trajectory) -> float:
     """The summed logprob of ``t``'s model tokens under the learner's current weights."""
     from envlab.train.lm_learner import _checked, _pack
 
-    packed = _pack([_checked(t, 0.0)], learner.tokenizer.pad_token_id, "cpu")
+    packed = _pack([_checked(t, 0.0)], "cpu")
     with torch.no_grad():
         logps = learner._logps(packed)
     return float((logps * packed["mask"]).sum())

@@ -163,9 +163,11 @@ def _samples(batch: Sequence[Group], scale: bool, vocab: int | None) -> list[_Sa
     return out
 
 
-def _pack(samples: Sequence[_Sample], pad: int, device: Any) -> dict[str, Any]:
+def _pack(samples: Sequence[_Sample], device: Any, pad: int = 0) -> dict[str, Any]:
     """TRL's layout: prompts padded on the left, completions on the right, so that every
-    completion starts at column ``P``; explicit position ids, so the padding moves nothing."""
+    completion starts at column ``P``; explicit position ids, so the padding moves nothing.
+    The padding is masked out of attention and loss: its id is 0, in every vocabulary (a
+    tokenizer's pad id may lie past the embeddings)."""
     import torch
 
     p = max(len(s.prompt) for s in samples)
@@ -232,8 +234,6 @@ class LMLearner:
             raise ConfigError(f"loss_type must be 'dapo' or 'grpo', got {loss_type!r}")
         if micro_batch_size < 1 or temperature <= 0 or lr <= 0:
             raise ConfigError("micro_batch_size, temperature and lr must be positive")
-        if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
-            raise ConfigError("the tokenizer has neither a pad nor an eos token: set pad_token")
         self.model, self.tokenizer, self.seed = model, tokenizer, seed
         self.eps_low, self.eps_high = eps_low, eps_low if eps_high is None else eps_high
         self.loss_type, self.scale_rewards = loss_type, scale_rewards
@@ -343,8 +343,7 @@ class LMLearner:
         import torch
 
         device = next(self.model.parameters()).device
-        pad = self.tokenizer.pad_token_id
-        packed = _pack(part, self.tokenizer.eos_token_id if pad is None else pad, device)
+        packed = _pack(part, device)
         mask, adv, behaviour = packed["mask"], packed["advantages"], packed["behaviour"]
         new = self._logps(packed)
         log_ratio = (new - behaviour) * mask  # masked first: padding never reaches exp
