@@ -76,3 +76,40 @@ def test_train_refuses_an_unknown_learner_and_resume_without_out(tmp_path: Path)
         env=subprocess_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode == 2 and "--out" in bad.stderr
+
+
+def test_train_triage_then_heldout_against_random_and_the_optimum(tmp_path: Path) -> None:
+    """A short real run: the held-out runs exist, paired on the same tasks, the optimum is
+    the exact best (the oracle's realized mean), and the report shows the comparison."""
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [*ENVLAB, "train", "triage", "--steps", "20", "--groups-per-step", "8",
+         "--eval-tasks", "150", "--out", str(out), "--json"],
+        env=subprocess_env(), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    h = json.loads(done.stdout)["heldout"]
+    rows = {r["name"]: r for r in h["rows"]}
+    assert set(rows) == {"trained", "random", "optimum"}
+    assert rows["optimum"]["fraction_of_best"] == 1.0 and rows["random"]["gap_closed"] == 0.0
+    assert all(r["n_tasks"] == 150 and r["n_excluded"] == 0 for r in rows.values())
+    assert rows["trained"]["mean"] > rows["random"]["mean"]  # 20 steps already beat chance
+    ids = [
+        {t.task_id for t in TrajectoryStore(out / "eval" / n / "trajectories.jsonl").load()}
+        for n in rows
+    ]
+    assert ids[0] == ids[1] == ids[2]
+    cmp = subprocess.run(
+        [*ENVLAB, "compare", str(out / "eval" / "random"), str(out / "eval" / "trained"),
+         "--json"],
+        env=subprocess_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert cmp.returncode == 0, cmp.stderr
+    assert json.loads(cmp.stdout)["n_shared"] == 150
+    page = tmp_path / "r.html"
+    rep = subprocess.run(
+        [*ENVLAB, "report", str(out), "--out", str(page)],
+        env=subprocess_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert rep.returncode == 0, rep.stderr
+    assert "gap closed" in page.read_text() and "data:image/png;base64," in page.read_text()

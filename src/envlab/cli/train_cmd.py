@@ -58,7 +58,7 @@ def _contenders(learner_name: str, result: TrainResult, learner: Learner) -> lis
     ckpt = latest_checkpoint(result.run_dir)
     return [
         Contender("trained", decision(checkpoint=str(ckpt), greedy=True)),
-        Contender("random", decision()),
+        Contender("random", decision(), floor=True),
         Contender("optimum", open_agent("oracle", {}), best=True),
     ]
 
@@ -201,7 +201,8 @@ def heldout_tables(h: Heldout) -> list[Any]:
 
     pct = f"{h.confidence:.0%}"
     rows = Table(title=f"held-out: {h.rows[0].n_tasks} tasks of split {h.split!r}")
-    for col in ("policy", "mean reward", f"{pct} CI", "of best achievable", "excluded"):
+    for col in ("policy", "mean reward", f"{pct} CI", "of best achievable", "gap closed",
+                "excluded"):  # fmt: skip
         rows.add_column(col, justify="left" if col == "policy" else "right")
 
     def f(x: float | None) -> str:
@@ -212,7 +213,8 @@ def heldout_tables(h: Heldout) -> list[Any]:
         if r.fraction_low is not None and r.fraction_high is not None:
             frac += f" ({r.fraction_low:.1%} to {r.fraction_high:.1%})"
         ci = "-" if r.low is None else f"{f(r.low)} to {f(r.high)}"
-        rows.add_row(f"{r.name} ({r.agent})", f(r.mean), ci, frac, str(r.n_excluded))
+        gap = "-" if r.gap_closed is None else f"{r.gap_closed:.1%}"
+        rows.add_row(f"{r.name} ({r.agent})", f(r.mean), ci, frac, gap, str(r.n_excluded))
     paired = Table(title="paired on the same tasks (envlab compare A B)")
     for col in ("B - A", "difference", f"{pct} CI", "p-value"):
         paired.add_column(col, justify="left" if col == "B - A" else "right")

@@ -29,6 +29,9 @@ class HeldoutRow(BaseModel):
     fraction_of_best: float | None = None
     fraction_low: float | None = None
     fraction_high: float | None = None
+    gap_closed: float | None = None
+    """``(mean - floor) / (best - floor)``: how much of the way from the floor (the random
+    policy) to the best achievable this policy went."""
 
 
 class PairedRow(BaseModel):
@@ -57,6 +60,8 @@ class Contender:
     factory: AgentFactory
     best: bool = False
     """Its mean on these tasks is the best achievable (the environment's exact optimum)."""
+    floor: bool = False
+    """The level to improve on (the uniform random policy)."""
 
 
 async def evaluate_heldout(
@@ -83,6 +88,9 @@ async def evaluate_heldout(
     rows = [_row(c, runs[c.name], confidence) for c in contenders]
     if best is not None:
         _fractions(rows, next(r for r in rows if r.name == best))
+        floor = next((r for c, r in zip(contenders, rows, strict=True) if c.floor), None)
+        if floor is not None:
+            _gaps(rows, next(r for r in rows if r.name == best), floor)
     first = contenders[0].name
     paired = [_paired(runs[c.name], runs[first], confidence) for c in contenders[1:]]
     return Heldout(
@@ -116,6 +124,14 @@ def _fractions(rows: list[HeldoutRow], best: HeldoutRow) -> None:
             r.fraction_of_best = r.mean / best.mean
         if r.low is not None and r.high is not None and r is not best:
             r.fraction_low, r.fraction_high = r.low / best.mean, r.high / best.mean
+
+
+def _gaps(rows: list[HeldoutRow], best: HeldoutRow, floor: HeldoutRow) -> None:
+    if best.mean is None or floor.mean is None or best.mean - floor.mean <= 1e-12:
+        return
+    for r in rows:
+        if r.mean is not None:
+            r.gap_closed = (r.mean - floor.mean) / (best.mean - floor.mean)
 
 
 def _paired(a_run: Run, b_run: Run, confidence: float) -> PairedRow:

@@ -49,15 +49,17 @@ def _heldout(run_dir: Path) -> str:
     h = json.loads(path.read_text())
     pct = f"{h['confidence']:.0%}"
     rows = [
-        f"<tr><th>policy</th><th>mean reward</th><th>{pct} CI</th><th>of best achievable</th></tr>"
+        f"<tr><th>policy</th><th>mean reward</th><th>{pct} CI</th><th>of best achievable</th>"
+        "<th>gap closed</th></tr>"
     ]
     for r in h["rows"]:
         ci = "-" if r["low"] is None else f"{r['low']:.3f} to {r['high']:.3f}"
         frac = "-" if r["fraction_of_best"] is None else f"{r['fraction_of_best']:.1%}"
         mean = "-" if r["mean"] is None else f"{r['mean']:.3f}"
+        gap = "-" if r.get("gap_closed") is None else f"{r['gap_closed']:.1%}"
         rows.append(
             f"<tr><td>{_cell(r['name'])} ({_cell(r['agent'])})</td><td>{mean}</td>"
-            f"<td>{ci}</td><td>{frac}</td></tr>"
+            f"<td>{ci}</td><td>{frac}</td><td>{gap}</td></tr>"
         )
     title = f"held-out: {h['rows'][0]['n_tasks']} tasks of split {_cell(h['split'])}"
     return f"<h3>{title}</h3><table>{''.join(rows)}</table>"
