@@ -211,6 +211,21 @@ def test_same_seed_and_batches_give_identical_weights() -> None:
     assert not np.array_equal(other.weights.arrays["embed"], a.weights.arrays["embed"])
 
 
+def test_the_ratio_is_taken_against_the_behaviour_logprob_of_stale_samples() -> None:
+    learner = DecisionLearner(OPTIONS, SMALL)
+    stale = toy_batch(learner, 0)  # played by version 0
+    for step in range(1, 4):
+        learner.step(toy_batch(learner, step))
+    fresh = toy_batch(learner, 9)
+    other = DecisionLearner(OPTIONS, SMALL)
+    other.load_state_dict(learner.state_dict())
+    on_policy = learner.step(fresh)
+    off_policy = other.step(stale)  # three versions old: ratio != 1, clipped where far
+    assert abs(on_policy["approx_kl"]) < 1e-5 and on_policy["clip_frac"] == 0.0
+    assert abs(off_policy["approx_kl"]) > 1e-3
+    assert learner.version == other.version == 4
+
+
 def test_state_dict_round_trips_through_torch_load_weights_only(tmp_path: Path) -> None:
     learner = DecisionLearner(OPTIONS, SMALL)
     for step in range(3):
@@ -233,14 +248,14 @@ def test_state_dict_round_trips_through_torch_load_weights_only(tmp_path: Path) 
 
 # --- the entry point --------------------------------------------------------------------------
 def test_decision_without_checkpoint_is_the_uniform_policy() -> None:
-    factory = load_agent("envlab.train.decision:decision")
+    factory = load_agent("decision")
     assert isinstance(factory, DecisionPolicy) and factory.spec.model_id == "uniform"
     acts = [act(factory, ticket(), seed=s) for s in range(60)]
     assert {a.text for a in acts} == set(OPTIONS)
     assert all(math.isclose(a.info["logprob"], -math.log(5)) for a in acts)
     assert [a.text for a in acts] == [act(factory, ticket(), seed=s).text for s in range(60)]
     with pytest.raises(ConfigError, match="unknown argument"):
-        load_agent("envlab.train.decision:decision", temperature=0.5)
+        load_agent("decision", temperature=0.5)
     with pytest.raises(ConfigError, match="greedy"):
         decision(greedy="yes")  # type: ignore[arg-type]
 
@@ -253,7 +268,7 @@ def test_decision_with_checkpoint_plays_the_saved_policy(tmp_path: Path) -> None
     torch.save({"learner": learner.state_dict(), "loop": {}}, tmp_path / "train.pt")
     for name in ("policy.pt", "train.pt"):
         path = str(tmp_path / name)
-        greedy = load_agent("envlab.train.decision:decision", checkpoint=path)
+        greedy = load_agent("decision", checkpoint=path)
         assert greedy.spec.weights_hash == learner.policy().spec.weights_hash
         assert greedy.spec.sampling == {"greedy": True}
         # greedy: the same answer whatever the seed, and the learner's argmax
@@ -261,7 +276,7 @@ def test_decision_with_checkpoint_plays_the_saved_policy(tmp_path: Path) -> None
             answers = {act(greedy, prompt, seed=s).text for s in range(5)}
             lps = load_policy(path).logprobs(featurize(prompt, SMALL.dim).indices)
             assert answers == {OPTIONS[max(range(5), key=lambda i: lps[i])]}
-        sampled = load_agent("envlab.train.decision:decision", checkpoint=path, greedy=False)
+        sampled = load_agent("decision", checkpoint=path, greedy=False)
         assert sampled.spec.sampling == {"greedy": False}
     with pytest.raises(ConfigError, match="no decision-policy checkpoint"):
         decision(checkpoint=str(tmp_path / "missing.pt"))
