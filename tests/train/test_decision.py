@@ -316,6 +316,12 @@ def _bad(learner: DecisionLearner, action: Action, **changes: Any) -> list[Group
         (Action(text="queue_team", info={"logprob": -1.0, "choice": 0}), {}, "choice"),
         (Action(text="queue_team", info={"logprob": -1.0}), {"steps": []}, "no action"),
         (Action(text="queue_team", info={"logprob": -1.0}), {"messages": []}, "no user message"),
+        (Action(text="queue_team", info={"logprob": True}), {}, "behaviour logprob"),
+        (
+            Action(text="queue_team", info={"logprob": -1.0}),
+            {"status": Status.INFRA_ERROR, "reward": None},
+            "no valid grade",
+        ),
     ],
 )
 def test_a_trajectory_the_learner_cannot_read_is_a_clear_error(
@@ -326,8 +332,9 @@ def test_a_trajectory_the_learner_cannot_read_is_a_clear_error(
         learner.step(_bad(learner, action, **changes))
     assert learner.version == 0  # nothing was learned from a batch with a bad sample
     traj = _bad(learner, action, **changes)[0].trajectories[1]
-    with pytest.raises(ConfigError):
-        read_decision(traj, OPTIONS)
+    if traj.scored:
+        with pytest.raises(ConfigError):
+            read_decision(traj, OPTIONS)
 
 
 def test_the_toy_rules_are_learned_from_reward_alone() -> None:

@@ -12,10 +12,14 @@ instruction::
 
     Options: page_oncall, open_incident, queue_team, auto_remediate, close_duplicate
 
-The features are names (``severity=sev2``, ``err=E503``, ``tod=night``, ``w:timeout``,
-``b:db timeout``, ``severity=sev2&customer_tier=enterprise``...) hashed into ``dim`` buckets
-with a stable hash (BLAKE2b of the UTF-8 name, never Python's salted ``hash()``): the same
-prompt gives the same indices in every process. No torch here: indices are plain ints.
+The features are names (``severity=sev2``, ``error_codes=e503``, ``tod=night``,
+``w:timeout``, ``b:db timeout``, ``customer_tier=enterprise&severity=sev2``...) hashed into
+``dim`` buckets with a stable hash (BLAKE2b of the UTF-8 name, never Python's salted
+``hash()``): the same prompt gives the same indices in every process.
+
+``decision_samples`` reads a batch of decision trajectories (prompt, chosen option, behaviour
+logprob, group-relative advantage) into the flat lists the learner's step turns into tensors.
+No torch here: indices are plain ints.
 """
 
 from __future__ import annotations
@@ -175,7 +179,13 @@ def decision_samples(
     """The samples of a batch of decision groups, with their group-relative advantages."""
     out = Samples()
     for group in batch:
-        trajs = [t for t in group.trajectories if t.reward is not None]
+        trajs = list(group.trajectories)
+        for t in trajs:
+            if not t.scored:
+                raise ConfigError(
+                    f"trajectory {t.episode_id!r} ({t.status.value}, reward {t.reward}) has no "
+                    "valid grade: only scored samples may enter a Group"
+                )
         rewards = [float(t.reward) for t in trajs]  # type: ignore[arg-type]
         out.rewards += rewards
         if group.dead:
@@ -215,7 +225,12 @@ def read_decision(traj: Trajectory, options: Sequence[str]) -> tuple[str, int, f
             f"option {i} ({action.text!r})"
         )
     logprob = action.info.get("logprob")
-    if not isinstance(logprob, int | float) or not math.isfinite(logprob) or logprob > 1e-6:
+    if (
+        isinstance(logprob, bool)
+        or not isinstance(logprob, int | float)
+        or not math.isfinite(logprob)
+        or logprob > 1e-6
+    ):
         raise ConfigError(
             f"{where}: no valid behaviour logprob in action.info (got {logprob!r}); the "
             "decision learner learns only from episodes its own agents played"
