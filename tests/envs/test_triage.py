@@ -20,6 +20,7 @@ from envlab.core import (
     ToolCall,
     Trajectory,
 )
+from envlab.envs import load_env
 from envlab.envs import triage_rules as rules
 from envlab.envs.triage import (
     OPTIONS,
@@ -233,8 +234,8 @@ def test_tasks_are_deterministic_and_splits_disjoint() -> None:
 
 
 def test_costs_are_asymmetric_and_rewards_in_range() -> None:
-    page, incident, queue = OPTIONS.index("page_oncall"), 0, OPTIONS.index("queue_team")
-    incident = OPTIONS.index("open_incident")
+    page, incident = OPTIONS.index("page_oncall"), OPTIONS.index("open_incident")
+    queue = OPTIONS.index("queue_team")
     cost = rules.COST
     assert all(cost[i][i] == 0 for i in range(len(OPTIONS)))
     needless_page = max(cost[page][o] for o in range(len(OPTIONS)) if o not in (page, incident))
@@ -269,4 +270,6 @@ def test_config_hash_and_limits() -> None:
         TriageEnv(noise=0.9)
     noisy = TriageEnv(noise=0.3).tasks(n=500)
     assert expected_optimum(noisy) < expected_optimum(spec.tasks(n=500))
-    assert TriageEnv(size=7).tasks().__len__() == 7
+    assert len(TriageEnv(size=7).tasks()) == 7
+    loaded = load_env("envlab.envs.triage:TriageEnv", size=5)  # the entry point's target
+    assert isinstance(loaded, TriageEnv) and len(loaded.tasks(split="train")) == 5

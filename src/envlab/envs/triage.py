@@ -220,12 +220,13 @@ class TriageConfig(BaseModel):
 
 
 def _outcome(p: tuple[float, ...], r: random.Random) -> str:
+    """One outcome drawn from ``p`` (the last possible one if rounding leaves ``u`` past 1)."""
     u, acc = r.random(), 0.0
     for option, pi in zip(OPTIONS, p, strict=True):
         acc += pi
         if u < acc:
             return option
-    return next(o for o, pi in zip(reversed(OPTIONS), reversed(p), strict=True) if pi > 0)
+    return [o for o, pi in zip(OPTIONS, p, strict=True) if pi > 0][-1]
 
 
 class TriageEnv(EnvSpec):
