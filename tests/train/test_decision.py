@@ -280,6 +280,13 @@ def test_decision_with_checkpoint_plays_the_saved_policy(tmp_path: Path) -> None
         assert sampled.spec.sampling == {"greedy": False}
     with pytest.raises(ConfigError, match="no decision-policy checkpoint"):
         decision(checkpoint=str(tmp_path / "missing.pt"))
+    old = torch.load(tmp_path / "policy.pt", weights_only=True)
+    torch.save({**old, "features": "triage-hash/0"}, tmp_path / "old.pt")
+    with pytest.raises(ConfigError, match="train it again"):
+        decision(checkpoint=str(tmp_path / "old.pt"))
+    torch.save({"weights": {}}, tmp_path / "foreign.pt")
+    with pytest.raises(ConfigError, match="not a decision policy"):
+        decision(checkpoint=str(tmp_path / "foreign.pt"))
     (tmp_path / "junk.pt").write_text("not a checkpoint")
     with pytest.raises(ConfigError, match="cannot read"):
         decision(checkpoint=str(tmp_path / "junk.pt"))

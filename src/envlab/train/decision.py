@@ -124,6 +124,11 @@ def load_policy(path: str | Path) -> PolicyWeights:
             f"{str(p)!r} is not a decision policy (format {fmt!r}); write one with "
             "DecisionLearner.save_policy or use a checkpoint of 'envlab train'"
         )
+    if state.get("features") != FEATURES_VERSION:
+        raise ConfigError(
+            f"{str(p)!r} was trained on features {state.get('features')!r}; this envlab computes "
+            f"{FEATURES_VERSION!r}: train it again"
+        )
     return PolicyWeights.of(
         state["options"], state["weights"], int(state["version"]), str(state["features"])
     )
