@@ -186,13 +186,17 @@ class _Loop:
         self.last = (self.t0, state.episodes)
 
     def _snapshot(self) -> tuple[int, AgentFactory]:
+        """The policy new groups act with, and its version. Called on the loop's thread between
+        steps (never while ``step`` runs); the version is read first all the same, so that a
+        learner stepping on its own could only make samples look older, never newer."""
+        version = self.learner.version
         factory = self.learner.policy()
         if factory.spec.privileged:
             raise ConfigError(
                 f"the learner's policy {factory.spec.name!r} is privileged (it reads hidden "
                 "answers): training on it would learn from the answers, not the reward"
             )
-        return self.learner.version, factory
+        return version, factory
 
     async def run(self) -> None:
         tasks: set[asyncio.Task[None]] = set()
