@@ -39,7 +39,7 @@ are imported lazily, inside the calls.
 from __future__ import annotations
 
 import copy
-import dataclasses
+import functools
 import hashlib
 import inspect
 import math
@@ -92,21 +92,9 @@ class SnapshotAgents(PolicyAgents):
     (``model_id`` ends in ``@v<version>``), sampling seeded per episode turn."""
 
     def __init__(self, model: Any, tokenizer: Any, *, version: int, salt: int, **kw: Any) -> None:
-        super().__init__(model, tokenizer, **kw)
+        client = functools.partial(_SeededPolicy, salt=salt)
+        super().__init__(model, tokenizer, client=client, seed_from_episode=True, **kw)
         self.version, self.model = version, model
-        make = dict(
-            name=kw.get("name", "trl-policy"),
-            temperature=kw.get("temperature", 1.0),
-            max_tokens=kw.get("max_tokens", 128),
-            lock=self._lock,
-            salt=salt,
-        )
-        # PolicyAgents turns the episode seed off (it samples from the global generator):
-        # the snapshot's agents take it back, and draw from it in a forked generator.
-        self._make = lambda: _SeededPolicy(model, tokenizer, **make)  # type: ignore[arg-type]
-        settings = dataclasses.replace(self._harness["settings"], seed_from_episode=True)
-        self._harness["settings"] = settings
-        self._spec = self.new_agent().spec
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from envlab.agents.harness import HarnessLimits, HarnessSettings, ToolCallingHarness
@@ -182,9 +183,15 @@ class PolicyAgents(AgentFactory):
         max_turns: int = 8,
         max_episode_tokens: int = 1024,
         instructions: str | None = None,
+        client: Callable[..., TransformersPolicy] | None = None,
+        seed_from_episode: bool = False,
     ) -> None:
+        """``client`` makes each episode's model client (default ``TransformersPolicy``; e.g.
+        a subclass that samples from the turn's seed); ``seed_from_episode`` sends it the
+        harness's ``episode seed + turn``."""
         self._lock = threading.Lock()
-        self._make = lambda: TransformersPolicy(
+        make = client or TransformersPolicy
+        self._make = lambda: make(
             model,
             tokenizer,
             name=name,
@@ -192,10 +199,10 @@ class PolicyAgents(AgentFactory):
             max_tokens=max_tokens,
             lock=self._lock,
         )
-        settings = HarnessSettings(tool_mode="text", seed_from_episode=False)
+        settings = HarnessSettings(tool_mode="text", seed_from_episode=seed_from_episode)
         if instructions is not None:
             settings = HarnessSettings(
-                instructions=instructions, tool_mode="text", seed_from_episode=False
+                instructions=instructions, tool_mode="text", seed_from_episode=seed_from_episode
             )
         self._harness: dict[str, Any] = dict(
             agent_name=name,
