@@ -1,0 +1,387 @@
+"""Red team of ``envlab train``: agents that fail on purpose, a learner that lies, an
+environment that breaks, tampered checkpoints and run files, held-out rows with excluded
+episodes. A test that passes is an attack the code defends; ``xfail(strict=True)`` marks a hole
+(the reason says where it is and how to close it)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envlab.agents.scripted import OracleAgent
+from envlab.core import (
+    Action,
+    Agent,
+    AgentClass,
+    AgentSpec,
+    ConfigError,
+    EpisodeContext,
+    InfraError,
+    Limits,
+    Observation,
+    Status,
+    StoreError,
+)
+from envlab.rollout.config import EpisodeConfig
+from envlab.runs import TrajectoryStore
+from envlab.runs.metrics import read_metrics
+from envlab.train.checkpoint import latest_checkpoint
+from envlab.train.learner import POLICY_VERSION
+from envlab.train.loop import TrainConfig, train
+from tests.support.bandit import BanditEnv, TableLearner
+from tests.support.redteam_train import (
+    FailingBanditEnv,
+    RogueAgent,
+    RogueLearner,
+    bandit_reward,
+)
+
+torch = pytest.importorskip("torch")
+
+FAST = EpisodeConfig(overrides=Limits.overrides(step_timeout_s=0.2), max_retries=0)
+
+
+def _train(
+    out: Path,
+    learner: Any,
+    env: BanditEnv | None = None,
+    *,
+    resume: bool = False,
+    episode_config: EpisodeConfig | None = FAST,
+    **cfg: Any,
+) -> Any:
+    env = env or BanditEnv()
+    config = TrainConfig(**{"steps": 4, "groups_per_step": 3, "group_size": 4, **cfg})
+    return asyncio.run(
+        train(env, env.tasks(), learner, out_dir=out, config=config, resume=resume,
+              episode_config=episode_config, command=["redteam"])
+    )  # fmt: skip
+
+
+def _trajectories(run: Path) -> list[Any]:
+    return TrajectoryStore(run / "trajectories.jsonl").load(every_record=True)
+
+
+# --- the agent's own failures are learned from as 0, never dropped ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "status"),
+    [("raise", Status.AGENT_ERROR), ("malformed", Status.AGENT_ERROR), ("timeout", Status.TIMEOUT)],
+)
+def test_an_agents_own_failure_is_learned_from_as_zero(
+    tmp_path: Path, mode: str, status: Status
+) -> None:
+    """Every sample of t0's groups fails by the agent's doing: they are graded as giving no
+    answer (the bandit pays 0.2 for anything but the best arm) and learned from, never
+    excluded, never dropped."""
+    learner = RogueLearner(mode, bad=("t0",))
+    result = _train(tmp_path, learner, sync=True)  # sync: t0's slow groups are waited for
+    t0 = [t for t in _trajectories(tmp_path) if t.task_id == "t0"]
+    assert t0, "the run must play t0"
+    no_answer = bandit_reward("t0", "")
+    assert all(t.status is status and t.scored and t.reward == no_answer for t in t0)
+    assert all("excluded" not in t.info and "dropped" not in t.info for t in t0)
+    learned = {e for s in learner.seen for task, st, r, e in s if task == "t0"}
+    assert learned == {t.episode_id for t in t0}
+    assert all(r == no_answer and st == status.value for s in learner.seen
+               for task, st, r, _ in s if task == "t0")  # fmt: skip
+    assert result.state.excluded_samples == 0 and result.state.dropped_groups == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE (engine): Attempt._failed classifies any InfraError as infra_error whatever "
+    "phase raised it, so an agent's act() that raises InfraError has its sample excluded (and "
+    "its group dropped) instead of learned from as 0",
+)
+def test_an_agent_raising_infra_error_cannot_dodge_its_grade(tmp_path: Path) -> None:
+    learner = RogueLearner("infra", bad=("t0",))
+    result = _train(tmp_path, learner, sync=True)
+    t0 = [t for t in _trajectories(tmp_path) if t.task_id == "t0"]
+    assert t0 and all(t.scored and t.reward == bandit_reward("t0", "") for t in t0)
+    assert result.state.dropped_groups == 0
+    assert {e for s in learner.seen for task, _, _, e in s if task == "t0"} == {
+        t.episode_id for t in t0
+    }
+
+
+def test_env_errors_are_excluded_and_counted_never_learned_from(tmp_path: Path) -> None:
+    env = FailingBanditEnv(env_error_every=3)
+    learner = RogueLearner()
+    result = _train(tmp_path, learner, env)
+    trajs = _trajectories(tmp_path)
+    broken = [t for t in trajs if t.status is Status.ENV_ERROR]
+    assert broken and all(t.reward is None and t.info["excluded"] == "env_error" for t in broken)
+    assert all(st in ("ok", "truncated") for s in learner.seen for _, st, _, _ in s)
+    assert not {e for s in learner.seen for *_, e in s} & {t.episode_id for t in broken}
+    assert result.state.excluded_samples == len(broken)
+    assert result.metrics[-1].excluded_samples == len(broken)
+
+
+# --- a learner that lies ----------------------------------------------------------------------
+
+
+def test_a_learner_whose_policy_is_privileged_is_refused(tmp_path: Path) -> None:
+    class Cheat(TableLearner):
+        def policy(self) -> Any:
+            return AgentClass(OracleAgent)
+
+    with pytest.raises(ConfigError, match="privileged"):
+        _train(tmp_path, Cheat())
+    assert not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE (loop): _Loop._snapshot checks factory.spec.privileged once, but run_episode "
+    "reads planned.agent.spec again for every episode; a factory whose spec turns privileged "
+    "after the check is handed the hidden answers and trained on them",
+)
+def test_a_policy_cannot_turn_privileged_after_the_check(tmp_path: Path) -> None:
+    RogueAgent.saw_task.clear()
+    learner = RogueLearner(flip=True)
+    with contextlib.suppress(ConfigError):  # refused: defended
+        _train(tmp_path, learner, steps=2)
+    assert RogueAgent.saw_task == []
+    assert not any(t.agent.privileged for t in _trajectories(tmp_path))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE (loop): _Loop._learn hands the learner the very Trajectory objects it then "
+    "stores and summarizes, after step: a learner that rewrites them changes the recorded "
+    "rewards, versions and the metrics' reward_mean",
+)
+def test_a_learner_cannot_rewrite_what_the_run_records(tmp_path: Path) -> None:
+    learner = RogueLearner(mutate=True)
+    result = _train(tmp_path, learner)
+    learned = [t for t in _trajectories(tmp_path) if "learner_step" in t.info]
+    assert learned
+    for t in learned:  # the grade the environment gave, and the version that acted
+        assert t.reward == bandit_reward(t.task_id, t.steps[-1].action.text)
+        assert t.info[POLICY_VERSION] < t.info["learner_step"]
+    assert result.metrics[0].reward_mean < 1.0
+
+
+def test_a_learner_that_does_not_advance_its_version_stops_the_run(tmp_path: Path) -> None:
+    class Stuck(TableLearner):
+        def step(self, batch: Any) -> dict[str, float]:
+            out = super().step(batch)
+            self._version -= 1
+            return out
+
+    with pytest.raises(ConfigError, match="advance version by one"):
+        _train(tmp_path, Stuck())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE (checkpoint): save_checkpoint writes a learner state that load_checkpoint "
+    "(weights_only=True) can never read; the run only learns it cannot resume after a kill",
+)
+def test_a_learner_state_no_resume_can_read_is_refused_when_written(tmp_path: Path) -> None:
+    with pytest.raises((ConfigError, StoreError)):
+        _train(tmp_path, RogueLearner(unreadable=True), steps=2, checkpoint_every=1)
+
+
+# --- tampered checkpoints and run files -------------------------------------------------------
+
+RUN_FILES = ("trajectories.jsonl", "metrics.jsonl", "train.json", "run.json")
+
+
+class _Payload:
+    """Pickled into a checkpoint: opening it must never run this."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.mkdir, (self.marker,))
+
+
+def _tamper(path: Path, kind: str, marker: Path) -> None:
+    good = torch.load(path, weights_only=True)
+    if kind == "garbage":
+        path.write_bytes(b"\x80\x04not a checkpoint at all")
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "truncated":
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    elif kind == "pickled_object":
+        torch.save({"learner": _Payload(str(marker)), "loop": good["loop"]}, path)
+    elif kind == "plain_pickle":
+        path.write_bytes(pickle.dumps({"learner": _Payload(str(marker)), "loop": good["loop"]}))
+    elif kind == "wrong_version":
+        good["learner"]["version"] = 99
+        torch.save(good, path)
+    elif kind == "bad_loop":
+        good["loop"]["surprise"] = 1
+        torch.save(good, path)
+    elif kind == "no_loop":
+        torch.save({"learner": good["learner"]}, path)
+
+
+def _hole(kind: str) -> Any:
+    return pytest.param(
+        kind,
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="HOLE (checkpoint): load_checkpoint catches OSError, RuntimeError, KeyError, "
+            "TypeError, ValueError only; torch.load raises pickle.UnpicklingError (not a zip, "
+            "or an object weights_only refuses) and EOFError (an empty file) past it",
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        _hole("garbage"),
+        _hole("empty"),
+        _hole("pickled_object"),
+        _hole("plain_pickle"),
+        "truncated",
+        "wrong_version",
+        "bad_loop",
+        "no_loop",
+    ],
+)
+def test_a_tampered_checkpoint_is_a_clear_store_error_and_loses_nothing(
+    tmp_path: Path, kind: str
+) -> None:
+    run = tmp_path / "run"
+    _train(run, TableLearner(), steps=4, checkpoint_every=2)
+    ckpt = latest_checkpoint(run)
+    assert ckpt is not None and ckpt.name == "step-000004.pt"
+    marker = tmp_path / "payload-ran"
+    _tamper(ckpt, kind, marker)
+    before = {name: (run / name).read_bytes() for name in RUN_FILES}
+    with pytest.raises(StoreError, match=r"step-000004\.pt"):
+        _train(run, TableLearner(), steps=6, checkpoint_every=2, resume=True)
+    assert not marker.exists(), "opening a checkpoint ran code"
+    assert {name: (run / name).read_bytes() for name in RUN_FILES} == before
+
+
+def test_after_a_bad_checkpoint_is_deleted_the_one_before_resumes_exactly(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _train(run, TableLearner(), steps=4, checkpoint_every=2)
+    ckpt = latest_checkpoint(run)
+    assert ckpt is not None
+    _tamper(ckpt, "truncated", tmp_path / "unused")
+    with pytest.raises(StoreError, match="Delete it"):
+        _train(run, TableLearner(), steps=6, checkpoint_every=2, resume=True)
+    ckpt.unlink()  # what the message says to do
+    learner = TableLearner()
+    result = _train(run, learner, steps=6, checkpoint_every=2, resume=True)
+    assert "step 2" in result.notes[0]
+    assert learner.version == 6 and len(learner.seen) == 4  # steps 3..6, each once
+    assert [m.step for m in read_metrics(run / "metrics.jsonl")] == list(range(1, 7))
+    trajs = _trajectories(run)
+    assert len({t.episode_id for t in trajs}) == len(trajs)
+    steps = sorted({t.info["learner_step"] for t in trajs if "learner_step" in t.info})
+    assert steps == list(range(1, 7))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE (run_files): prepare_run only cuts files longer than the checkpoint saw; a "
+    "trajectories.jsonl or metrics.jsonl cut shorter by hand is resumed silently, its learned "
+    "samples or step lines lost",
+)
+@pytest.mark.parametrize("name", ["trajectories.jsonl", "metrics.jsonl"])
+def test_resume_refuses_run_files_cut_shorter_than_the_checkpoint(
+    tmp_path: Path, name: str
+) -> None:
+    run = tmp_path / "run"
+    _train(run, TableLearner(), steps=4, checkpoint_every=2)
+    path = run / name
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[: len(lines) // 2]))
+    with pytest.raises(StoreError, match=name):
+        _train(run, TableLearner(), steps=6, checkpoint_every=2, resume=True)
+
+
+# --- the held-out comparison ------------------------------------------------------------------
+
+
+class _Outage(Agent):
+    """Always answers queue_team, but raises InfraError on sev1 tickets (where queue_team is
+    costly), or on every ticket with ``always``: a model server down, or an agent dodging."""
+
+    name = "outage"
+
+    def __init__(self, always: bool) -> None:
+        self.always = always
+        self._prompt = ""
+
+    @property
+    def spec(self) -> AgentSpec:
+        return AgentSpec(name=f"outage:{self.always}", harness="scripted:outage")
+
+    async def start(self, ctx: EpisodeContext) -> None:
+        self._prompt = ctx.prompt
+
+    async def act(self, observation: Observation) -> Action:
+        if self.always or "severity: sev1" in self._prompt:
+            raise InfraError("the model server is unreachable")
+        return Action(text="queue_team")
+
+
+def _heldout(tmp_path: Path, always: bool) -> Any:
+    from envlab.cli.train_heldout import Contender, evaluate_heldout
+    from envlab.envs.triage import TriageEnv
+    from envlab.train.decision import decision
+
+    spec = TriageEnv()
+    tasks = spec.tasks(n=60, split="test")
+    contenders = [
+        Contender("trained", AgentClass(_Outage, always)),
+        Contender("random", decision(), floor=True),
+        Contender("optimum", AgentClass(OracleAgent), best=True),
+    ]
+    return tasks, asyncio.run(
+        evaluate_heldout(spec, tasks, contenders, tmp_path / "heldout", split="test",
+                         concurrency=8, config=EpisodeConfig(max_retries=0))
+    )  # fmt: skip
+
+
+def test_heldout_reports_no_mean_for_an_agent_whose_episodes_all_failed(tmp_path: Path) -> None:
+    """Refusing the comparison (it names why) or a row without a mean: both defend."""
+    try:
+        _, h = _heldout(tmp_path, always=True)
+    except ConfigError as e:
+        assert "no scored episode" in str(e) or "has a scored episode" in str(e)
+        return
+    row = next(r for r in h.rows if r.name == "trained")
+    assert row.n_scored == 0 and row.n_excluded == 60
+    assert row.mean is None and row.low is None and row.high is None
+    assert row.fraction_of_best is None and row.gap_closed is None
+    assert all(p.diff is None or "trained" not in (p.a, p.b) for p in h.paired)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE (train_heldout): _fractions/_gaps divide a mean over the tasks an agent was "
+    "scored on by the optimum's mean over all tasks; with excluded episodes the fraction of the "
+    "best compares different task sets (here the agent's sev1 tickets are left out of its mean "
+    "but not out of the optimum's)",
+)
+def test_heldout_fraction_of_best_is_over_the_same_tasks(tmp_path: Path) -> None:
+    from envlab.envs.triage import bayes_action, realized_reward
+
+    tasks, h = _heldout(tmp_path, always=False)
+    row = next(r for r in h.rows if r.name == "trained")
+    assert 0 < row.n_excluded < 60 and row.mean is not None
+    if row.fraction_of_best is None:
+        return  # not reported as complete: defended
+    kept = [t for t in tasks if "severity: sev1" not in t.prompt]
+    best_here = sum(realized_reward(t, bayes_action(t)) for t in kept) / len(kept)
+    assert row.fraction_of_best == pytest.approx(row.mean / best_here)
