@@ -165,9 +165,10 @@ async def test_a_very_long_answer_is_graded_by_what_it_names() -> None:
 # --- the agent's failures are its own, scored 0, never excluded -------------------------------
 
 
-def _engine_hole(answer: Action, why: str) -> Any:
+def _engine_hole(answer: Action, name: str, why: str) -> Any:
     return pytest.param(
         answer,
+        id=name,
         marks=pytest.mark.xfail(
             strict=True,
             reason="HOLE (engine): Attempt._step checks only type(action) and type(action.text) "
@@ -184,14 +185,17 @@ BROKEN = [
     pytest.param(Action(text=b"queue_team"), id="text_not_str"),  # type: ignore[arg-type]
     _engine_hole(
         Action(text="queue_team", tool_calls="page_oncall"),  # type: ignore[arg-type]
+        "tool_calls_not_list",
         "tool_calls that are not a list fail in the environment's step: env_error, excluded",
     ),
     _engine_hole(
         Action(text="queue_team", tool_calls=["page_oncall"]),  # type: ignore[list-item]
+        "tool_calls_of_str",
         "tool calls that are not ToolCall fail in the environment's step: env_error, excluded",
     ),
     _engine_hole(
         Action(text="queue_team", info=None),  # type: ignore[arg-type]
+        "info_none",
         "an info that is not a dict fails in _record (phase engine): infra_error, excluded",
     ),
 ]

@@ -227,6 +227,9 @@ def _tamper(path: Path, kind: str, marker: Path) -> None:
         torch.save(good, path)
     elif kind == "no_loop":
         torch.save({"learner": good["learner"]}, path)
+    elif kind == "negative_offset":
+        good["loop"]["trajectories_bytes"] = -1
+        torch.save(good, path)
 
 
 def _hole(kind: str) -> Any:
@@ -252,6 +255,14 @@ def _hole(kind: str) -> Any:
         "wrong_version",
         "bad_loop",
         "no_loop",
+        pytest.param(
+            "negative_offset",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="HOLE (checkpoint): LoopState.from_dict checks no value; a negative "
+                "trajectories_bytes reaches truncate() and fails as a bare OSError",
+            ),
+        ),
     ],
 )
 def test_a_tampered_checkpoint_is_a_clear_store_error_and_loses_nothing(
@@ -288,6 +299,28 @@ def test_after_a_bad_checkpoint_is_deleted_the_one_before_resumes_exactly(tmp_pa
     assert len({t.episode_id for t in trajs}) == len(trajs)
     steps = sorted({t.info["learner_step"] for t in trajs if "learner_step" in t.info})
     assert steps == list(range(1, 7))
+
+
+def test_a_learner_that_fails_mid_run_loses_nothing_on_resume(tmp_path: Path) -> None:
+    class Breaks(TableLearner):
+        def __init__(self, fail_at: int | None) -> None:
+            super().__init__()
+            self.fail_at = fail_at
+
+        def step(self, batch: Any) -> dict[str, float]:
+            if self.version == self.fail_at:
+                raise RuntimeError("the learner's bug")
+            return super().step(batch)
+
+    run = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="the learner's bug"):
+        _train(run, Breaks(3), steps=6, checkpoint_every=2)
+    learner = Breaks(None)
+    result = _train(run, learner, steps=6, checkpoint_every=2, resume=True)
+    assert "step 2" in result.notes[0] and learner.version == 6 and len(learner.seen) == 4
+    assert [m.step for m in read_metrics(run / "metrics.jsonl")] == list(range(1, 7))
+    trajs = _trajectories(run)
+    assert len({t.episode_id for t in trajs}) == len(trajs)
 
 
 @pytest.mark.xfail(
