@@ -469,3 +469,14 @@ def test_the_decision_learner_learns_from_its_agents_timeouts(tmp_path: Path) ->
     assert learner.version == 2
     late = [t for t in _trajectories(tmp_path) if t.status is Status.TIMEOUT]
     assert late and all(t.reward == 0.0 and "learner_step" in t.info for t in late)
+
+
+def test_the_decision_agent_refuses_a_checkpoint_holding_code(tmp_path: Path) -> None:
+    from envlab.train.decision import decision
+
+    marker = tmp_path / "payload-ran"
+    path = tmp_path / "policy.pt"
+    torch.save({"format": "envlab.decision.policy/1", "weights": _Payload(str(marker))}, path)
+    with pytest.raises(ConfigError, match="cannot read decision-policy checkpoint"):
+        decision(checkpoint=str(path))
+    assert not marker.exists()
