@@ -138,12 +138,6 @@ def test_a_learner_whose_policy_is_privileged_is_refused(tmp_path: Path) -> None
     assert not (tmp_path / "checkpoints").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE (loop): _Loop._snapshot checks factory.spec.privileged once, but run_episode "
-    "reads planned.agent.spec again for every episode; a factory whose spec turns privileged "
-    "after the check is handed the hidden answers and trained on them",
-)
 def test_a_policy_cannot_turn_privileged_after_the_check(tmp_path: Path) -> None:
     RogueAgent.saw_task.clear()
     learner = RogueLearner(flip=True)
@@ -153,12 +147,6 @@ def test_a_policy_cannot_turn_privileged_after_the_check(tmp_path: Path) -> None
     assert not any(t.agent.privileged for t in _trajectories(tmp_path))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE (loop): _Loop._learn hands the learner the very Trajectory objects it then "
-    "stores and summarizes, after step: a learner that rewrites them changes the recorded "
-    "rewards, versions and the metrics' reward_mean",
-)
 def test_a_learner_cannot_rewrite_what_the_run_records(tmp_path: Path) -> None:
     learner = RogueLearner(mutate=True)
     result = _train(tmp_path, learner)
@@ -181,11 +169,6 @@ def test_a_learner_that_does_not_advance_its_version_stops_the_run(tmp_path: Pat
         _train(tmp_path, Stuck())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE (checkpoint): save_checkpoint writes a learner state that load_checkpoint "
-    "(weights_only=True) can never read; the run only learns it cannot resume after a kill",
-)
 def test_a_learner_state_no_resume_can_read_is_refused_when_written(tmp_path: Path) -> None:
     with pytest.raises((ConfigError, StoreError)):
         _train(tmp_path, RogueLearner(unreadable=True), steps=2, checkpoint_every=1)
@@ -232,37 +215,18 @@ def _tamper(path: Path, kind: str, marker: Path) -> None:
         torch.save(good, path)
 
 
-def _hole(kind: str) -> Any:
-    return pytest.param(
-        kind,
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="HOLE (checkpoint): load_checkpoint catches OSError, RuntimeError, KeyError, "
-            "TypeError, ValueError only; torch.load raises pickle.UnpicklingError (not a zip, "
-            "or an object weights_only refuses) and EOFError (an empty file) past it",
-        ),
-    )
-
-
 @pytest.mark.parametrize(
     "kind",
     [
-        _hole("garbage"),
-        _hole("empty"),
-        _hole("pickled_object"),
-        _hole("plain_pickle"),
+        "garbage",
+        "empty",
+        "pickled_object",
+        "plain_pickle",
         "truncated",
         "wrong_version",
         "bad_loop",
         "no_loop",
-        pytest.param(
-            "negative_offset",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="HOLE (checkpoint): LoopState.from_dict checks no value; a negative "
-                "trajectories_bytes reaches truncate() and fails as a bare OSError",
-            ),
-        ),
+        "negative_offset",
     ],
 )
 def test_a_tampered_checkpoint_is_a_clear_store_error_and_loses_nothing(
@@ -323,12 +287,6 @@ def test_a_learner_that_fails_mid_run_loses_nothing_on_resume(tmp_path: Path) ->
     assert len({t.episode_id for t in trajs}) == len(trajs)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE (run_files): prepare_run only cuts files longer than the checkpoint saw; a "
-    "trajectories.jsonl or metrics.jsonl cut shorter by hand is resumed silently, its learned "
-    "samples or step lines lost",
-)
 @pytest.mark.parametrize("name", ["trajectories.jsonl", "metrics.jsonl"])
 def test_resume_refuses_run_files_cut_shorter_than_the_checkpoint(
     tmp_path: Path, name: str
@@ -400,13 +358,6 @@ def test_heldout_reports_no_mean_for_an_agent_whose_episodes_all_failed(tmp_path
     assert all(p.diff is None or "trained" not in (p.a, p.b) for p in h.paired)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE (train_heldout): _fractions/_gaps divide a mean over the tasks an agent was "
-    "scored on by the optimum's mean over all tasks; with excluded episodes the fraction of the "
-    "best compares different task sets (here the agent's sev1 tickets are left out of its mean "
-    "but not out of the optimum's)",
-)
 def test_heldout_fraction_of_best_is_over_the_same_tasks(tmp_path: Path) -> None:
     from envlab.envs.triage import bayes_action, realized_reward
 

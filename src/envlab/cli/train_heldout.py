@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from envlab.core import AgentFactory, EnvSpec, TaskSet
+from envlab.core import AgentFactory, ConfigError, EnvSpec, TaskSet
 from envlab.measure.runs import Run, load_run
 from envlab.rollout.config import EpisodeConfig
 from envlab.rollout.runner import rollout
@@ -87,10 +87,8 @@ async def evaluate_heldout(
     best = next((c.name for c in contenders if c.best), None)
     rows = [_row(c, runs[c.name], confidence) for c in contenders]
     if best is not None:
-        _fractions(rows, next(r for r in rows if r.name == best))
-        floor = next((r for c, r in zip(contenders, rows, strict=True) if c.floor), None)
-        if floor is not None:
-            _gaps(rows, next(r for r in rows if r.name == best), floor)
+        floor = next((c.name for c in contenders if c.floor), None)
+        _relative(rows, {n: _task_means(r) for n, r in runs.items()}, best, floor)
     first = contenders[0].name
     paired = [_paired(runs[c.name], runs[first], confidence) for c in contenders[1:]]
     return Heldout(
@@ -114,31 +112,46 @@ def _row(c: Contender, run: Run, confidence: float) -> HeldoutRow:
     )
 
 
-def _fractions(rows: list[HeldoutRow], best: HeldoutRow) -> None:
-    """Each mean over the optimum's on the same tasks (a constant of these tasks: the
-    interval is the mean's interval scaled by it)."""
-    if not best.mean:
-        return
-    for r in rows:
-        if r.mean is not None:
-            r.fraction_of_best = r.mean / best.mean
-        if r.low is not None and r.high is not None and r is not best:
-            r.fraction_low, r.fraction_high = r.low / best.mean, r.high / best.mean
+def _task_means(run: Run) -> dict[str, float]:
+    return {t: sum(v) / len(v) for t, v in run.rewards_by_task().items()}
 
 
-def _gaps(rows: list[HeldoutRow], best: HeldoutRow, floor: HeldoutRow) -> None:
-    if best.mean is None or floor.mean is None or best.mean - floor.mean <= 1e-12:
-        return
+def _relative(
+    rows: list[HeldoutRow], means: dict[str, dict[str, float]], best: str, floor: str | None
+) -> None:
+    """Each policy's mean over the optimum's, and the share of the way from the floor to the
+    optimum it went, both over the tasks every one of them was scored on (an excluded episode
+    leaves its task out of every term, never of one side only). The fraction's interval is the
+    mean's interval scaled by the optimum's mean, when the policy was scored on every task."""
+    names = [best] if floor is None else [best, floor]
     for r in rows:
-        if r.mean is not None:
-            r.gap_closed = (r.mean - floor.mean) / (best.mean - floor.mean)
+        shared = set(means[r.name]).intersection(*(means[n] for n in names))
+        if not shared:
+            continue
+
+        def mean(name: str, tasks: set[str] = shared) -> float:
+            return sum(means[name][t] for t in tasks) / len(tasks)
+
+        top = mean(best)
+        if top > 1e-12:
+            r.fraction_of_best = mean(r.name) / top
+            if r.name != best and r.low is not None and r.high is not None and not r.n_excluded:
+                r.fraction_low, r.fraction_high = r.low / top, r.high / top
+        if floor is not None and top - mean(floor) > 1e-12:
+            r.gap_closed = (mean(r.name) - mean(floor)) / (top - mean(floor))
 
 
 def _paired(a_run: Run, b_run: Run, confidence: float) -> PairedRow:
     """``b - a`` paired over the shared tasks (``envlab compare A B``)."""
     from envlab.measure.compare import compare_runs
 
-    cmp = compare_runs(a_run, b_run, confidence=confidence)
+    try:
+        cmp = compare_runs(a_run, b_run, confidence=confidence)
+    except ConfigError as e:  # no shared scored task: say so, keep the other rows
+        return PairedRow(
+            a=a_run.path.name, b=b_run.path.name, diff=None, low=None, high=None,
+            p_value=None, verdict=str(e),
+        )  # fmt: skip
     p = cmp.paired
     return PairedRow(
         a=Path(cmp.a.path).name, b=Path(cmp.b.path).name, diff=p.diff, low=p.low,

@@ -9,12 +9,13 @@ never code, so opening one cannot run anything.
 from __future__ import annotations
 
 import os
+import pickle
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envlab.core import StoreError
+from envlab.core import ConfigError, StoreError
 
 CHECKPOINTS_DIR = "checkpoints"
 _NAME = re.compile(r"^step-(\d{6,})\.pt$")
@@ -44,7 +45,50 @@ class LoopState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoopState:
-        return cls(**data)
+        """The state ``to_dict`` wrote; ``ValueError`` for anything else (a key missing or
+        unknown, a count that is not a non-negative integer)."""
+        state = cls(**data)
+        for name, value in state.to_dict().items():
+            if name == "elapsed_s":
+                ok = isinstance(value, int | float) and value >= 0
+            elif name == "pending":
+                ok = isinstance(value, list) and all(_count(v) for v in value)
+            else:
+                ok = _count(value)
+            if not ok:
+                raise ValueError(f"the loop's {name} is {value!r}")
+        return state
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+_PLAIN = (int, float, bool, str, type(None))
+
+
+def check_plain(value: Any, where: str = "state") -> None:
+    """``ConfigError`` unless ``value`` is made of what ``torch.load(weights_only=True)``
+    reads back: tensors, numbers, strings, ``None``, lists, tuples and dicts of them."""
+    import torch
+
+    if isinstance(value, (*_PLAIN, torch.Tensor)):
+        return
+    if isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            check_plain(v, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, _PLAIN):
+                raise ConfigError(f"the learner's {where} has a key of type {type(k).__name__}")
+            check_plain(v, f"{where}[{k!r}]")
+        return
+    raise ConfigError(
+        f"the learner's {where} is a {type(value).__name__}: a checkpoint holds tensors, numbers, "
+        "strings, lists and dicts only (torch.load(weights_only=True) could not read it back "
+        "on --resume); make state_dict() return plain values"
+    )
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
@@ -64,6 +108,7 @@ def save_checkpoint(run_dir: Path, learner_state: dict[str, Any], loop: LoopStat
     """Write the checkpoint of ``loop.step`` atomically; keep the last ``KEEP``."""
     import torch
 
+    check_plain(learner_state)
     path = checkpoint_path(run_dir, loop.step)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -86,7 +131,9 @@ def load_checkpoint(path: Path) -> tuple[dict[str, Any], LoopState]:
     try:
         data = torch.load(path, weights_only=True)
         return data["learner"], LoopState.from_dict(data["loop"])
-    except (OSError, RuntimeError, KeyError, TypeError, ValueError) as e:
+    except (
+        OSError, RuntimeError, KeyError, TypeError, ValueError, EOFError, pickle.UnpicklingError
+    ) as e:  # fmt: skip
         raise StoreError(
             f"cannot read the checkpoint {path} ({type(e).__name__}: {e}). Delete it to resume "
             "from the one before, or start a new run with another --out."

@@ -26,6 +26,7 @@ the lines written after it are cut and its steps redone, so no learner step is l
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 import sys
 import time
@@ -37,7 +38,16 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envlab.core import AgentFactory, ConfigError, EnvSpec, Task, TaskSet, Trajectory
+from envlab.core import (
+    Agent,
+    AgentFactory,
+    AgentSpec,
+    ConfigError,
+    EnvSpec,
+    Task,
+    TaskSet,
+    Trajectory,
+)
 from envlab.rollout.config import EpisodeConfig
 from envlab.rollout.driver import (
     PlannedEpisode,
@@ -156,6 +166,27 @@ async def train(
 _Done = tuple[int, int, list[Trajectory]]
 
 
+class _FixedSpec(AgentFactory):
+    """A learner's policy with its spec read once: the spec checked (never privileged) is the
+    spec every episode of the snapshot runs and records, whatever the factory says later."""
+
+    def __init__(self, inner: AgentFactory) -> None:
+        self.inner, self._spec = inner, inner.spec
+
+    @property
+    def spec(self) -> AgentSpec:
+        return self._spec
+
+    def new_agent(self) -> Agent:
+        agent = self.inner.new_agent()
+        if agent.privileged:
+            raise ConfigError(
+                f"the learner's agent {type(agent).__name__} is privileged (it reads hidden "
+                "answers); a policy being trained must not be"
+            )
+        return agent
+
+
 class _Loop:
     """One segment of a train run: from ``state`` (fresh or a checkpoint's) to ``steps``."""
 
@@ -190,7 +221,7 @@ class _Loop:
         steps (never while ``step`` runs); the version is read first all the same, so that a
         learner stepping on its own could only make samples look older, never newer."""
         version = self.learner.version
-        factory = self.learner.policy()
+        factory = _FixedSpec(self.learner.policy())
         if factory.spec.privileged:
             raise ConfigError(
                 f"the learner's policy {factory.spec.name!r} is privileged (it reads hidden "
@@ -307,8 +338,11 @@ class _Loop:
             for t in g.trajectories:
                 k = str(before - int(t.info[POLICY_VERSION]))
                 stale[k] = stale.get(k, 0) + 1
+        rewards = [r for g in groups for r in g.rewards]
+        dead = sum(g.dead for g in groups) / len(groups)
+        given = copy.deepcopy(groups)  # the learner may not rewrite what the run records
         t0 = time.perf_counter()
-        out = await asyncio.to_thread(self.learner.step, groups)
+        out = await asyncio.to_thread(self.learner.step, given)
         learner_s = time.perf_counter() - t0
         if self.learner.version != before + 1:
             raise ConfigError(
@@ -321,7 +355,7 @@ class _Loop:
                 t.info["learner_step"] = self.state.step
             await self._finish(g.index, trajs)
         self.policy = self._snapshot()
-        metrics = self._metrics(groups, stale, learner_s, out)
+        metrics = self._metrics(rewards, dead, len(groups), stale, learner_s, out)
         append_metrics(self.run_dir / METRICS_FILE, metrics)
         if self.observer is not None:
             self.observer.stepped(metrics)
@@ -330,12 +364,13 @@ class _Loop:
 
     def _metrics(
         self,
-        groups: list[Group],
+        rewards: list[float],
+        dead: float,
+        n_groups: int,
         stale: dict[str, int],
         learner_s: float,
         out: dict[str, float],
     ) -> StepMetrics:
-        rewards = [r for g in groups for r in g.rewards]
         mean = sum(rewards) / len(rewards)
         std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
         now, s = time.perf_counter(), self.state
@@ -349,9 +384,9 @@ class _Loop:
             learner_s=learner_s,
             reward_mean=mean,
             reward_std=std,
-            groups=len(groups),
+            groups=n_groups,
             samples=len(rewards),
-            dead_groups=sum(g.dead for g in groups) / len(groups),
+            dead_groups=dead,
             staleness=dict(sorted(stale.items(), key=lambda kv: int(kv[0]))),
             dropped_stale=s.dropped_stale,
             dropped_groups=s.dropped_groups,

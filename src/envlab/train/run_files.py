@@ -75,11 +75,23 @@ def prepare_run(
             notes.append(f"resumed from {ckpt.name} (step {state.step})")
         else:
             notes.append("no checkpoint yet: started again from step 0")
-        truncate(run_dir / TRAJECTORIES_FILE, state.trajectories_bytes)
-        truncate(run_dir / METRICS_FILE, state.metrics_bytes)
+        _cut_back(run_dir / TRAJECTORIES_FILE, state.trajectories_bytes, ckpt)
+        _cut_back(run_dir / METRICS_FILE, state.metrics_bytes, ckpt)
     dump_json(train_file, identity | {"steps": cfg.steps, "concurrency": cfg.concurrency})
     _write_run_info(run_dir, spec, tasks, learner, cfg, command)
     return state, notes
+
+
+def _cut_back(path: Path, size: int, ckpt: Path | None) -> None:
+    """Cut ``path`` to what the checkpoint saw; a file shorter than that lost lines the
+    checkpoint counts on (cut by hand, or restored from an older copy): refuse it."""
+    have = path.stat().st_size if path.exists() else 0
+    if have < size:
+        raise StoreError(
+            f"{path} has {have} bytes but the checkpoint {ckpt} saw {size}: lines it counts on "
+            "are gone. Restore the file, or start a new run with another --out."
+        )
+    truncate(path, size)
 
 
 def _read_identity(path: Path) -> dict[str, Any]:
