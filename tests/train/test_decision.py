@@ -321,7 +321,6 @@ def _bad(learner: DecisionLearner, action: Action, **changes: Any) -> list[Group
         (Action(text="page oncall please", info={"logprob": -1.0}), {}, "not one of the options"),
         (Action(text="queue_team", info={}), {}, "behaviour logprob"),
         (Action(text="queue_team", info={"logprob": -1.0, "choice": 0}), {}, "choice"),
-        (Action(text="queue_team", info={"logprob": -1.0}), {"steps": []}, "no action"),
         (Action(text="queue_team", info={"logprob": -1.0}), {"messages": []}, "no user message"),
         (Action(text="queue_team", info={"logprob": True}), {}, "behaviour logprob"),
         (
@@ -342,6 +341,74 @@ def test_a_trajectory_the_learner_cannot_read_is_a_clear_error(
     if traj.scored:
         with pytest.raises(ConfigError):
             read_decision(traj, OPTIONS)
+
+
+# --- samples without an action (the agent timed out or failed before acting) -------------------
+def no_action(factory: AgentFactory, prompt: str, i: int, status: Status) -> Trajectory:
+    """A graded episode in which the agent never acted: the prompt, no step, reward 0."""
+    traj = trajectory(factory, prompt, Action(text=""), 0.0, i)
+    traj.status, traj.messages, traj.steps = status, traj.messages[:1], []
+    return traj
+
+
+def _played(learner: DecisionLearner, rewards: list[float], seed: int = 0) -> list[Trajectory]:
+    factory = learner.policy()
+    return [
+        trajectory(factory, ticket(), act(factory, ticket(), seed=seed + i), r, i)
+        for i, r in enumerate(rewards)
+    ]
+
+
+def _same_weights(a: DecisionLearner, b: DecisionLearner) -> bool:
+    return all(np.array_equal(a.weights.arrays[k], b.weights.arrays[k]) for k in a.weights.arrays)
+
+
+@pytest.mark.parametrize("status", [Status.TIMEOUT, Status.AGENT_ERROR])
+def test_a_sample_without_an_action_counts_in_its_group_but_adds_no_term(status: Status) -> None:
+    """Its reward moves the others' advantages; it adds no policy-gradient or entropy term."""
+    from envlab.train.features import decision_samples
+
+    learner = DecisionLearner(OPTIONS, SMALL)
+    acted = _played(learner, [1.0, 0.5])
+    late = no_action(learner.policy(), ticket(), 2, status)
+    samples = decision_samples(
+        [Group(0, "g", "t", 0, (*acted, late))], OPTIONS, SMALL.dim, scale=False
+    )
+    assert samples.advantages == [0.5, 0.0]  # centred on (1 + 0.5 + 0) / 3, the timeout's 0 in
+    assert samples.rewards == [1.0, 0.5, 0.0] and samples.no_action == 1
+    assert len(samples.choices) == len(samples.offsets) == len(samples.behaviour) == 2
+    with pytest.raises(ConfigError, match="no action"):
+        read_decision(late, OPTIONS)  # it has no choice to read
+
+    # rewards 1, -1 and the timeout's 0: the acted samples' advantages are those of (1, -1) alone,
+    # so the same weights after the step mean the timeout added nothing to the loss
+    with_late, without = DecisionLearner(OPTIONS, SMALL), DecisionLearner(OPTIONS, SMALL)
+    acted = _played(with_late, [1.0, -1.0], seed=7)
+    m = with_late.step([Group(0, "g", "t", 0, (*acted, late))])
+    n = without.step([Group(0, "g", "t", 0, tuple(acted))])
+    assert _same_weights(with_late, without) and with_late.version == without.version == 1
+    assert m["no_action"] == 1.0 and m["samples"] == 3.0 and n["no_action"] == 0.0
+    assert m["grad_norm"] > 0 and m["pg_loss"] == n["pg_loss"] and m["entropy"] == n["entropy"]
+
+
+def test_a_batch_where_no_sample_acted_is_a_step_that_changes_no_weight() -> None:
+    learner, fresh = DecisionLearner(OPTIONS, SMALL), DecisionLearner(OPTIONS, SMALL)
+    before = learner.policy()
+    timeouts = [
+        Group(g, f"g{g}", f"t{g}", 0,
+              tuple(no_action(before, p, i, Status.TIMEOUT) for i in range(4)))
+        for g, p in enumerate(TOY)
+    ]  # fmt: skip
+    m = learner.step(timeouts)
+    assert learner.version == 1 and learner.policy().version == 1
+    assert learner.weights.digest == before.spec.weights_hash  # no gradient: nothing moved
+    assert m["no_action"] == m["samples"] == 16.0 and m["reward_mean"] == 0.0
+    assert m["grad_norm"] == 0.0 and m["dead_groups"] == 4.0
+    assert learner.state_dict()["optimizer"]["state"] == {}  # Adam took no step either
+    # so the next real batch moves the weights exactly as it would have without that step
+    batch = toy_batch(fresh, 0)
+    learner.step(batch), fresh.step(batch)
+    assert _same_weights(learner, fresh) and learner.version == 2
 
 
 def test_the_toy_rules_are_learned_from_reward_alone() -> None:

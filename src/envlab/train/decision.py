@@ -339,22 +339,32 @@ class DecisionLearner:
         self.weights.save(path)
 
     def step(self, batch: Sequence[Group]) -> dict[str, float]:
-        """One Adam step on the batch's clipped group-relative policy-gradient loss."""
+        """One Adam step on the batch's clipped group-relative policy-gradient loss.
+
+        Samples without an action (``no_action``: the agent timed out or failed before acting)
+        count in their group's rewards but add no term; a batch where no sample acted is still
+        a step (the version advances) that leaves the weights and Adam's state as they were."""
         import torch
 
         cfg = self.config
         samples = decision_samples(batch, self.options, cfg.dim, scale=cfg.scale_advantages)
-        if not samples.advantages:
+        if not samples.rewards:
             raise ConfigError("the batch given to DecisionLearner.step holds no samples")
         threads = torch.get_num_threads()
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
         try:
-            metrics = self._update(samples)
+            metrics = self._update(samples) if samples.advantages else _no_update()
         finally:
             torch.set_num_threads(threads)
         self._publish(self.version + 1)  # agents already made keep their own snapshot
-        return metrics
+        return {
+            **metrics,
+            "reward_mean": sum(samples.rewards) / len(samples.rewards),
+            "samples": float(len(samples.rewards)),
+            "no_action": float(samples.no_action),
+            "dead_groups": float(samples.dead_groups),
+        }
 
     def _update(self, samples: Samples) -> dict[str, float]:
         import torch
@@ -387,9 +397,6 @@ class DecisionLearner:
                 "clip_frac": float(((ratio - 1).abs() > cfg.clip).float().mean()),
                 "approx_kl": float((old - logp).mean()),
                 "grad_norm": float(grad_norm),
-                "reward_mean": sum(samples.rewards) / len(samples.rewards),
-                "samples": float(len(samples.advantages)),
-                "dead_groups": float(samples.dead_groups),
             }
 
     def state_dict(self) -> dict[str, Any]:
@@ -428,6 +435,12 @@ class DecisionLearner:
             g["betas"] = tuple(g["betas"])
         self._opt.load_state_dict(opt)
         self._publish(int(state["version"]))
+
+
+def _no_update() -> dict[str, float]:
+    """The update's metrics when no sample of the batch acted: no loss, no gradient, no step."""
+    names = ("loss", "pg_loss", "entropy", "clip_frac", "approx_kl", "grad_norm")
+    return dict.fromkeys(names, 0.0)
 
 
 def _plain(value: Any) -> Any:

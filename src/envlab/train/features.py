@@ -161,8 +161,9 @@ def option_order(prompt_options: Sequence[str], model_options: Sequence[str]) ->
 
 @dataclass(slots=True)
 class Samples:
-    """The flat arrays of a batch's samples: feature indices with their offsets per sample,
-    the chosen option (model index), behaviour logprob, advantage and reward."""
+    """The flat arrays of a batch's samples that acted: feature indices with their offsets per
+    sample, the chosen option (model index), behaviour logprob and advantage; and the rewards
+    of every sample, those without an action included (``no_action`` counts them)."""
 
     indices: list[int] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)
@@ -171,12 +172,20 @@ class Samples:
     advantages: list[float] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     dead_groups: int = 0
+    no_action: int = 0
+    """Graded samples with no action (a timeout or agent error before the agent acted): their
+    reward is in ``rewards`` and in their group's advantages, but there is no choice to learn."""
 
 
 def decision_samples(
     batch: Sequence[Group], options: Sequence[str], dim: int, *, scale: bool = True
 ) -> Samples:
-    """The samples of a batch of decision groups, with their group-relative advantages."""
+    """The samples of a batch of decision groups, with their group-relative advantages.
+
+    A graded trajectory without a step (the agent timed out or failed before it acted) keeps
+    its reward in its group, so it moves the others' advantages, but adds no sample to learn
+    from: it is counted in ``no_action``. Any other trajectory must be one ``read_decision``
+    reads (an option the decision agent chose, with its logprob), or this is a ``ConfigError``."""
     out = Samples()
     for group in batch:
         trajs = list(group.trajectories)
@@ -191,6 +200,9 @@ def decision_samples(
         if group.dead:
             out.dead_groups += 1
         for traj, adv in zip(trajs, group_advantages(rewards, scale=scale), strict=True):
+            if not traj.steps:  # the agent's failure, graded: no choice to reinforce
+                out.no_action += 1
+                continue
             prompt, choice, logprob = read_decision(traj, options)
             out.offsets.append(len(out.indices))
             out.indices += featurize(prompt, dim).indices
@@ -203,7 +215,9 @@ def decision_samples(
 def read_decision(traj: Trajectory, options: Sequence[str]) -> tuple[str, int, float]:
     """``(prompt, index of the chosen option in options, behaviour logprob)`` of a decision
     trajectory; anything else (no prompt, no action, an answer that is not an option, no
-    logprob) is a ``ConfigError``: the learner never skips a sample silently."""
+    logprob) is a ``ConfigError``: the learner never skips a sample silently.
+    (``decision_samples`` counts a graded trajectory without a step as ``no_action`` before
+    asking this: its reward still counts in its group.)"""
     where = f"trajectory {traj.episode_id or traj.task_id!r}"
     prompt = next((m.get("content") for m in traj.messages if m.get("role") == "user"), None)
     if not isinstance(prompt, str):
