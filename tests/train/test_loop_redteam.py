@@ -401,12 +401,6 @@ def _slow_decision_learner() -> Any:
     return SlowLearner(OPTIONS, DecisionConfig(dim=1 << 10, hidden=8, seed=1))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE (features): decision_samples -> read_decision raises ConfigError for a scored "
-    "trajectory without an action (a timeout or agent_error before acting), so one agent "
-    "timeout stops the whole train run instead of being learned from as 0",
-)
 def test_the_decision_learner_learns_from_its_agents_timeouts(tmp_path: Path) -> None:
     from envlab.envs.triage import TriageEnv
 
