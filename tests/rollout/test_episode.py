@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 
+from envlab.agents.model_agents import openai
 from envlab.core import Action, InfraError, Status, ToolCall
-from tests.support.envs import EchoEnv, EchoEpisode, FlakyTransportAgent, ScriptAgent
+from tests.models.fake_openai import FakeOpenAI, completion, error
+from tests.support.envs import EchoEnv, EchoEpisode, ScriptAgent
 from tests.support.play import play
 
 
@@ -103,20 +106,36 @@ async def test_agent_exception_is_agent_error_and_scored_as_failure() -> None:
     assert t.reward == 0.0 and t.scored
 
 
-async def test_infra_error_is_retried_then_succeeds() -> None:
-    agent = FlakyTransportAgent(failures=2, key="retry-ok")
-    t = await run(EchoEnv(), agent, max_retries=2)
-    assert t.status is Status.OK and t.reward == 1.0
+async def test_a_failing_model_server_is_infra_error_retried_then_succeeds() -> None:
+    """A real endpoint on 127.0.0.1 that answers HTTP 500 twice: envlab's model transport
+    raises ``ModelUnavailable`` each time, the engine retries the episode, the third plays."""
+    with FakeOpenAI() as fake:
+        fake.push(error(500, "overloaded"), error(500, "overloaded"), completion("ok"))
+        agents = openai(f"fake@{fake.base_url}", max_retries=0, backoff_s=0.0)
+        try:
+            t = await run(EchoEnv(), agents, max_retries=2)
+        finally:
+            await agents.aclose()
+    assert t.status is Status.OK and t.reward == 1.0, t.error
     assert t.attempts == 3
 
 
-async def test_infra_error_after_retries_is_excluded() -> None:
-    agent = FlakyTransportAgent(failures=100, key="retry-fail")
-    t = await run(EchoEnv(), agent, max_retries=2)
+async def test_a_dead_model_endpoint_after_retries_is_excluded() -> None:
+    """Nothing listens at the endpoint: connection refused, ``infra_error`` on every try,
+    never scored as the agent's."""
+    with socket.socket() as s:  # a port that was free a moment ago, closed: nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    agents = openai(f"fake@http://127.0.0.1:{port}/v1", max_retries=0, backoff_s=0.0)
+    try:
+        t = await run(EchoEnv(), agents, max_retries=2)
+    finally:
+        await agents.aclose()
     assert t.status is Status.INFRA_ERROR and t.attempts == 3
     assert t.reward is None and not t.scored
-    assert t.error is not None and t.error.kind == "infra"
-    assert "connection reset (call 3)" in t.error.message
+    assert t.error is not None and (t.error.kind, t.error.phase) == ("infra", "act")
+    assert t.error.message.startswith("ModelUnavailable: model server")
+    assert "ConnectError" in t.error.message
 
 
 async def test_infra_error_raised_inside_env_is_infra() -> None:

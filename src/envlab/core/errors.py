@@ -26,6 +26,17 @@ class InfraError(EnvlabError):
     """
 
 
+class ModelUnavailable(InfraError):
+    """envlab's own model transport could not get an answer from the model server (refused,
+    dropped, timed out or overloaded past its retries; a wrong key, model name or URL).
+
+    The only ``InfraError`` that counts as the machinery's while the agent is starting or
+    acting: any other ``InfraError`` an agent raises is the agent's failure (``agent_error``),
+    so an agent cannot have its bad episodes excluded by claiming an outage. Raised by
+    ``envlab.models`` (``OpenAICompatModel``), never by agents themselves.
+    """
+
+
 class ToolCallError(EnvlabError):
     """A tool call the environment could not execute; its message is shown to the agent."""
 

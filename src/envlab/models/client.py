@@ -5,10 +5,11 @@ Failures are split by whose fault they are:
 
 - transport (connection refused or dropped, timeout) and overload (HTTP 408, 429, 5xx, a reply
   that is not a chat completion) are retried with exponential backoff and jitter, honouring
-  ``Retry-After``; when the retries run out, ``InfraError``: the episode is ``infra_error``,
+  ``Retry-After``; when the retries run out, ``ModelUnavailable`` (an ``InfraError``, the only
+  one the engine takes from an agent as the machinery's): the episode is ``infra_error``,
   retried by the engine and never scored;
-- a wrong key, model name or URL (HTTP 401, 403, 404) is the set-up's failure: ``InfraError``
-  at once, not retried;
+- a wrong key, model name or URL (HTTP 401, 403, 404) is the set-up's failure:
+  ``ModelUnavailable`` at once, not retried;
 - a request the server refuses otherwise (other 4xx: a prompt too long, bad settings) raises
   ``ModelRequestError``: the agent's failure (``agent_error``);
 - whatever the model writes, however wrong, is returned as it is: the harness decides.
@@ -36,7 +37,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from envlab.core import EnvlabError, InfraError, credit_not_agent_time, not_agent_time
+from envlab.core import EnvlabError, ModelUnavailable, credit_not_agent_time, not_agent_time
 from envlab.models.http import ModelHTTP, Reply
 from envlab.models.wire import ChatResponse, WireToolCall
 
@@ -300,7 +301,7 @@ class OpenAICompatModel:
                     history.append(f"HTTP {resp.status_code}: {_error_text(resp)}")
                 elif resp.status_code in (401, 403, 404):
                     # a wrong key, model name or URL: the set-up's failure, not the agent's
-                    raise InfraError(
+                    raise ModelUnavailable(
                         f"{self.url} refused the request with HTTP {resp.status_code}: "
                         f"{_error_text(resp)}. Check the model name ({self.model!r}), the "
                         "endpoint URL and the API key (OPENAI_API_KEY)."
@@ -313,7 +314,7 @@ class OpenAICompatModel:
                         resp.status_code,
                     )
             if attempt > self.retry.max_retries:
-                raise InfraError(
+                raise ModelUnavailable(
                     f"model server {self.url} failed {attempt} times in "
                     f"{time.perf_counter() - t0:.1f}s; last: {history[-1]}"
                     + (f" (earlier: {'; '.join(history[-4:-1])})" if len(history) > 1 else "")
@@ -343,14 +344,14 @@ class OpenAICompatModel:
         return ModelReply.from_response(parsed)
 
     async def models(self) -> list[str]:
-        """Model ids the server lists at ``/models`` (one try; errors as ``InfraError``)."""
+        """Model ids the server lists at ``/models`` (one try; errors as ``ModelUnavailable``)."""
         try:
             resp = await self._http().request("GET", f"{self.base_url}/models")
             if resp.status_code != 200:
                 raise ValueError(f"HTTP {resp.status_code}: {_error_text(resp)}")
             return [str(m["id"]) for m in resp.json().get("data", [])]
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
-            raise InfraError(f"cannot list models at {self.base_url}/models: {e}") from e
+            raise ModelUnavailable(f"cannot list models at {self.base_url}/models: {e}") from e
 
 
 def _first_error(e: ValidationError) -> str:

@@ -25,6 +25,7 @@ from envlab.core import (
     EpisodeTimeExceeded,
     InfraError,
     Limits,
+    ModelUnavailable,
     Observation,
     Reward,
     Status,
@@ -32,6 +33,7 @@ from envlab.core import (
     StepResult,
     Task,
     Timings,
+    ToolCall,
     Trajectory,
     install_agent_clock,
     reset_agent_clock,
@@ -47,6 +49,7 @@ _DOING = {
     "step": "the environment was stepping",
 }
 _KIND_OF_PHASE = {"reset": "env", "step": "env", "start": "agent", "act": "agent"}
+_AGENT_PHASES = frozenset(p for p, kind in _KIND_OF_PHASE.items() if kind == "agent")
 
 
 class Attempt:
@@ -205,8 +208,18 @@ class Attempt:
         ts = time.perf_counter()
         self.phase = "act"
         action = await self.agent.act(obs)
-        if type(action) is not Action or type(action.text) is not str:
-            _check_action(action)  # still the agent's phase: a malformed action is its failure
+        if (  # cheap type() checks; anything odd is looked at closely, still in the agent's phase
+            type(action) is not Action
+            or type(action.text) is not str
+            or type(action.tool_calls) is not list
+            or type(action.info) is not dict
+            or action.tool_calls
+            or "message_index" in action.info
+        ):
+            action = _check_action(action)  # a malformed action is the agent's failure
+            message = action.to_message()  # dict arguments that JSON cannot encode fail here
+        else:
+            message = {"role": "assistant", "content": action.text}
         tm = time.perf_counter()
         self.phase = "step"
         result = await self.env.step(action)
@@ -214,10 +227,17 @@ class Attempt:
         self.phase = "engine"
         self.agent_s += tm - ts
         self.env_s += te - tm
-        self._record(action, result, tm - ts, te - tm)
+        self._record(action, message, result, tm - ts, te - tm)
         return result
 
-    def _record(self, action: Action, result: StepResult, agent_s: float, env_s: float) -> None:
+    def _record(
+        self,
+        action: Action,
+        message: dict[str, Any],
+        result: StepResult,
+        agent_s: float,
+        env_s: float,
+    ) -> None:
         n_err = result.info.get("tool_errors", 0)
         self.tool_errors += n_err
         self.step_rewards += result.reward
@@ -236,7 +256,7 @@ class Attempt:
             )
         )
         self._engine_index.append(len(self.messages))
-        self.messages.append(action.to_message())
+        self.messages.append(message)  # what the agent gave, rendered before the env saw it
         self.messages.extend(obs.to_messages())
 
     async def _grade(self, me: asyncio.Task[Any]) -> tuple[Reward | None, str | None, float]:
@@ -284,9 +304,20 @@ class Attempt:
         if isinstance(e, EpisodeTimeExceeded):
             self.status = Status.TIMEOUT
             self.error = EpisodeError(kind="timeout", phase=self.phase, message=message)
-        elif isinstance(e, InfraError):  # transport or sandbox: never the party's fault
+        elif isinstance(e, InfraError) and (
+            self.phase not in _AGENT_PHASES or isinstance(e, ModelUnavailable)
+        ):  # the environment's sandbox or envlab's model transport: never the party's fault
             self.status = Status.INFRA_ERROR
             self.error = EpisodeError(kind="infra", phase=self.phase, message=message)
+        elif isinstance(e, InfraError):  # an agent claiming an outage: only envlab's transport may
+            self.status = Status.AGENT_ERROR
+            headline, _, rest = message.partition("\n")
+            message = (
+                f"{headline} (raised by the agent in {self.phase}(): only envlab's model transport "
+                "may declare an infrastructure failure from an agent, with ModelUnavailable; any "
+                f"other InfraError from an agent is its own failure, scored 0)\n{rest}"
+            )
+            self.error = EpisodeError(kind="agent", phase=self.phase, message=message)
         elif self.phase in _KIND_OF_PHASE:
             kind = _KIND_OF_PHASE[self.phase]
             self.status = Status.ENV_ERROR if kind == "env" else Status.AGENT_ERROR
@@ -378,14 +409,44 @@ class Attempt:
             return None
 
 
-def _check_action(action: object) -> None:
-    """Raise ``TypeError`` for what is not an ``Action`` with text and a list of tool calls."""
+def _check_action(action: object) -> Action:
+    """The action as a plain ``Action`` whose every part has the type the engine relies on;
+    ``TypeError`` (raised in the agent's phase: its failure) saying what is wrong otherwise."""
     if not isinstance(action, Action):
         raise TypeError(f"agent.act() must return an Action, got {type(action).__name__}")
+    if type(action) is not Action:  # a subclass: read each field once, check the copy
+        action = Action(text=action.text, tool_calls=action.tool_calls, info=action.info)
     if not isinstance(action.text, str):
         raise TypeError(f"Action.text must be a str, got {type(action.text).__name__}")
-    if not isinstance(action.tool_calls, list):
-        raise TypeError(f"Action.tool_calls must be a list, got {type(action.tool_calls).__name__}")
+    if type(action.tool_calls) is not list:
+        raise TypeError(
+            f"Action.tool_calls must be a list of ToolCall, got {type(action.tool_calls).__name__}"
+        )
+    for i, call in enumerate(action.tool_calls):
+        _check_tool_call(i, call)
+    if type(action.info) is not dict:
+        raise TypeError(f"Action.info must be a dict, got {type(action.info).__name__}")
+    index = action.info.get("message_index")
+    if index is not None and (type(index) is not int or index < 0):
+        raise TypeError(
+            f"Action.info['message_index'] must be a non-negative int or None, got {index!r}"
+        )
+    return action
+
+
+def _check_tool_call(i: int, call: object) -> None:
+    where = f"Action.tool_calls[{i}]"
+    if type(call) is not ToolCall:
+        raise TypeError(f"{where} must be a ToolCall, got {type(call).__name__}")
+    if type(call.name) is not str:
+        raise TypeError(f"{where}.name must be a str, got {type(call.name).__name__}")
+    if type(call.arguments) is not str and type(call.arguments) is not dict:
+        raise TypeError(
+            f"{where}.arguments must be a str (the model's text) or a dict, "
+            f"got {type(call.arguments).__name__}"
+        )
+    if type(call.id) is not str:
+        raise TypeError(f"{where}.id must be a str, got {type(call.id).__name__}")
 
 
 async def _hook(aw: Awaitable[dict[str, Any]]) -> dict[str, Any]:
