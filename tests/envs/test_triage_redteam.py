@@ -166,15 +166,8 @@ async def test_a_very_long_answer_is_graded_by_what_it_names() -> None:
 
 
 def _engine_hole(answer: Action, name: str, why: str) -> Any:
-    return pytest.param(
-        answer,
-        id=name,
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="HOLE (engine): Attempt._step checks only type(action) and type(action.text) "
-            f"in the agent's phase; {why}",
-        ),
-    )
+    """A malformed action the engine once let through (``why``): now the agent's failure."""
+    return pytest.param(answer, id=name)
 
 
 BROKEN = [
@@ -209,12 +202,6 @@ async def test_a_broken_agent_is_an_agent_error_scored_zero(answer: Any) -> None
         assert t.error is not None and t.error.kind == "agent" and t.attempts == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE (engine): rollout/episode.py Attempt._failed tests isinstance(e, InfraError) "
-    "before the phase, so an InfraError raised by the agent's own act() is infra_error: "
-    "retried, then excluded from every score, the agent's bad grade dodged",
-)
 async def test_an_agent_cannot_dodge_its_grade_by_raising_infra_error() -> None:
     trajs = await _play(AgentClass(Says, InfraError("the model server is down")), n=4)
     for t in trajs:

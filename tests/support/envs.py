@@ -15,8 +15,8 @@ from envlab.core import (
     Component,
     EnvSpec,
     GradingContext,
-    InfraError,
     Limits,
+    ModelUnavailable,
     Observation,
     Rubric,
     StepResult,
@@ -141,7 +141,8 @@ class ScriptAgent(Agent):
 
 
 class FlakyTransportAgent(Agent):
-    """Fails with ``InfraError`` on its first ``failures`` calls across all episodes."""
+    """Fails with ``ModelUnavailable`` (the model transport's infra error) on its first
+    ``failures`` calls across all episodes."""
 
     name = "flaky"
     calls: ClassVar[dict[str, int]] = {}
@@ -157,5 +158,5 @@ class FlakyTransportAgent(Agent):
         n = FlakyTransportAgent.calls.get(self.key, 0) + 1
         FlakyTransportAgent.calls[self.key] = n
         if n <= self.failures:
-            raise InfraError(f"connection reset (call {n})")
+            raise ModelUnavailable(f"connection reset (call {n})")
         return Action(text="ok")

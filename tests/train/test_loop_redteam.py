@@ -22,8 +22,8 @@ from envlab.core import (
     AgentSpec,
     ConfigError,
     EpisodeContext,
-    InfraError,
     Limits,
+    ModelUnavailable,
     Observation,
     Status,
     StoreError,
@@ -95,12 +95,6 @@ def test_an_agents_own_failure_is_learned_from_as_zero(
     assert result.state.excluded_samples == 0 and result.state.dropped_groups == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE (engine): Attempt._failed classifies any InfraError as infra_error whatever "
-    "phase raised it, so an agent's act() that raises InfraError has its sample excluded (and "
-    "its group dropped) instead of learned from as 0",
-)
 def test_an_agent_raising_infra_error_cannot_dodge_its_grade(tmp_path: Path) -> None:
     learner = RogueLearner("infra", bad=("t0",))
     result = _train(tmp_path, learner, sync=True)
@@ -304,7 +298,7 @@ def test_resume_refuses_run_files_cut_shorter_than_the_checkpoint(
 
 
 class _Outage(Agent):
-    """Always answers queue_team, but raises InfraError on sev1 tickets (where queue_team is
+    """Always answers queue_team, but raises ModelUnavailable on sev1 tickets (where queue_team is
     costly), or on every ticket with ``always``: a model server down, or an agent dodging."""
 
     name = "outage"
@@ -322,7 +316,7 @@ class _Outage(Agent):
 
     async def act(self, observation: Observation) -> Action:
         if self.always or "severity: sev1" in self._prompt:
-            raise InfraError("the model server is unreachable")
+            raise ModelUnavailable("the model server is unreachable")
         return Action(text="queue_team")
 
 
