@@ -33,11 +33,11 @@ from envlab.core import (
     StepResult,
     Task,
     Timings,
-    ToolCall,
     Trajectory,
     install_agent_clock,
     reset_agent_clock,
 )
+from envlab.rollout.actions import check_action
 from envlab.rollout.config import EpisodeConfig, EpisodeHooks, describe_exception, wrap_for_limits
 from envlab.rollout.deadlines import WAIT, EpisodeClock, deadlines
 from envlab.rollout.grading import grade_episode
@@ -216,7 +216,7 @@ class Attempt:
             or action.tool_calls
             or "message_index" in action.info
         ):
-            action = _check_action(action)  # a malformed action is the agent's failure
+            action = check_action(action)  # a malformed action is the agent's failure
             message = action.to_message()  # dict arguments that JSON cannot encode fail here
         else:
             message = {"role": "assistant", "content": action.text}
@@ -407,46 +407,6 @@ class Attempt:
                 f"agent.{what}(): {describe_exception(e)}"
             )
             return None
-
-
-def _check_action(action: object) -> Action:
-    """The action as a plain ``Action`` whose every part has the type the engine relies on;
-    ``TypeError`` (raised in the agent's phase: its failure) saying what is wrong otherwise."""
-    if not isinstance(action, Action):
-        raise TypeError(f"agent.act() must return an Action, got {type(action).__name__}")
-    if type(action) is not Action:  # a subclass: read each field once, check the copy
-        action = Action(text=action.text, tool_calls=action.tool_calls, info=action.info)
-    if not isinstance(action.text, str):
-        raise TypeError(f"Action.text must be a str, got {type(action.text).__name__}")
-    if type(action.tool_calls) is not list:
-        raise TypeError(
-            f"Action.tool_calls must be a list of ToolCall, got {type(action.tool_calls).__name__}"
-        )
-    for i, call in enumerate(action.tool_calls):
-        _check_tool_call(i, call)
-    if type(action.info) is not dict:
-        raise TypeError(f"Action.info must be a dict, got {type(action.info).__name__}")
-    index = action.info.get("message_index")
-    if index is not None and (type(index) is not int or index < 0):
-        raise TypeError(
-            f"Action.info['message_index'] must be a non-negative int or None, got {index!r}"
-        )
-    return action
-
-
-def _check_tool_call(i: int, call: object) -> None:
-    where = f"Action.tool_calls[{i}]"
-    if type(call) is not ToolCall:
-        raise TypeError(f"{where} must be a ToolCall, got {type(call).__name__}")
-    if type(call.name) is not str:
-        raise TypeError(f"{where}.name must be a str, got {type(call.name).__name__}")
-    if type(call.arguments) is not str and type(call.arguments) is not dict:
-        raise TypeError(
-            f"{where}.arguments must be a str (the model's text) or a dict, "
-            f"got {type(call.arguments).__name__}"
-        )
-    if type(call.id) is not str:
-        raise TypeError(f"{where}.id must be a str, got {type(call.id).__name__}")
 
 
 async def _hook(aw: Awaitable[dict[str, Any]]) -> dict[str, Any]:
