@@ -17,6 +17,7 @@ from envlab.cli.eval_cmd import eval_cmd
 from envlab.cli.export_cmd import export_cmd
 from envlab.cli.gc import gc_cmd
 from envlab.cli.measure_cmds import compare_cmd, report_cmd
+from envlab.cli.robustness_cmd import robustness_cmd
 from envlab.cli.serve_model import serve_model_cmd
 from envlab.cli.task import task_app
 from envlab.cli.train_cmd import train_cmd
@@ -114,6 +115,7 @@ app.command("arena")(arena_cmd)
 app.command("gc")(gc_cmd)
 app.command("export")(export_cmd)
 app.command("train")(train_cmd)
+app.command("robustness")(robustness_cmd)
 
 
 def main() -> None:

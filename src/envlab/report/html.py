@@ -17,6 +17,7 @@ from envlab.core import ConfigError
 from envlab.measure.runs import Run, load_run
 from envlab.measure.summary import CIMethod
 from envlab.report.data import build_report_data, to_json
+from envlab.report.robustness import robustness_section
 from envlab.report.training import training_section
 
 SCRIPTS = ("base.js", "charts.js", "viewer.js")
@@ -66,6 +67,7 @@ def render_report(
         f"<style>\n{_asset('report.css')}\n</style></head>\n<body>",
         "<noscript>This report draws its charts and viewer with JavaScript; enable it.</noscript>",
         *(training_section(run.path) for run in runs),
+        robustness_section(run.path for run in runs),
         "<div id='app'></div>",
         f"<script type='application/json' id='envlab-data'>{_script_safe(to_json(data))}</script>",
     ]

@@ -1,0 +1,145 @@
+"""``envlab robustness``: clean and perturbed runs on the same tasks, the paired drop of each
+perturbation with its interval, faults and safety-gate trips counted, resumable."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from envlab.runs import TRAJECTORIES_FILE, TrajectoryStore
+from tests.conftest import subprocess_env
+
+ENVLAB = [sys.executable, "-m", "envlab.cli.main"]
+
+
+def envlab(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*ENVLAB, *args], capture_output=True, text=True, env=subprocess_env(), timeout=300
+    )
+
+
+def robustness(out: Path, *args: str) -> dict[str, Any]:
+    r = envlab("robustness", *args, "--out", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def by_name(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {p["name"]: p for p in result["perturbations"]}
+
+
+def trajectories(run_dir: str | Path) -> list[Any]:
+    return TrajectoryStore(Path(run_dir) / TRAJECTORIES_FILE).load()
+
+
+def test_tau_retail_oracle_retries_transient_errors_and_loses_to_stale_reads(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "rb"
+    res = robustness(
+        out, "tau-retail", "--agent", "oracle", "--perturb", "transient=0.3,stale=0.3",
+        "--tasks", "20",
+    )  # fmt: skip
+    assert res["clean"]["faults"] == 0 and res["clean"]["mean"] == 1.0
+    p = by_name(res)
+    transient, stale = p["transient"], p["stale"]
+    # the faults were injected, and counted from the steps' info
+    for q in (transient, stale):
+        assert q["run"]["faults"] > 0 and q["run"]["episodes_with_faults"] > 0
+        counted = sum(
+            len(s.info.get("faults", []))
+            for t in trajectories(q["run"]["run_dir"])
+            for s in t.steps
+        )
+        assert counted == q["run"]["faults"]
+        assert q["n_shared"] == 20 and q["run"]["excluded"] == {}
+    # the oracle retries: no drop, and the interval says so
+    assert transient["drop"] == 0 and transient["low"] == 0 and transient["high"] == 0
+    assert transient["run"]["mean"] == 1.0
+    # stale reads cost it: a measured drop, with its interval and test
+    assert stale["drop"] > 0 and stale["low"] is not None and stale["high"] >= stale["drop"]
+    assert stale["p_value"] is not None and stale["test"]
+    assert stale["run"]["mean"] < 1.0
+    # the same tasks and run seed: the perturbed runs hold exactly the clean run's tasks
+    clean_tasks = sorted(t.task_id for t in trajectories(res["clean"]["run_dir"]))
+    assert sorted(t.task_id for t in trajectories(stale["run"]["run_dir"])) == clean_tasks
+    on_disk = json.loads((out / "robustness.json").read_text())
+    assert by_name(on_disk)["stale"]["drop"] == stale["drop"]
+
+
+def test_table_and_resume(tmp_path: Path) -> None:
+    out = tmp_path / "rb"
+    args = ["tau-retail", "--agent", "oracle", "--perturb", "transient=0.3,stale=0.3",
+            "--tasks", "6", "--out", str(out)]  # fmt: skip
+    r = envlab("robustness", *args)
+    assert r.returncode == 0, r.stderr
+    for text in ("clean", "transient=0.3", "stale=0.3", "drop", "no drop", "envlab report"):
+        assert text in r.stdout
+    before = {n: len(trajectories(out / n)) for n in ("clean", "transient", "stale")}
+    first = json.loads((out / "robustness.json").read_text())
+    # an existing measurement is refused before anything runs, unless resumed
+    again = envlab("robustness", *args)
+    assert again.returncode == 2 and "--resume" in again.stderr
+    resumed = envlab("robustness", *args, "--resume", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert {n: len(trajectories(out / n)) for n in before} == before == dict.fromkeys(before, 6)
+    assert json.loads(resumed.stdout)["perturbations"] == first["perturbations"]
+
+
+def test_an_interrupted_measurement_resumes_the_missing_runs(tmp_path: Path) -> None:
+    out = tmp_path / "rb"
+    args = ["calc", "--agent", "oracle", "--tasks", "4", "--out", str(out)]
+    assert envlab("robustness", *args, "--perturb", "transient=0.5").returncode == 0
+    (out / "robustness.json").unlink()  # as if it stopped before the second run
+    r = envlab("robustness", *args, "--perturb", "transient=0.5,timeout=0.5", "--resume", "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert [p["name"] for p in res["perturbations"]] == ["transient", "timeout"]
+    assert len(trajectories(out / "timeout")) == 4 and len(trajectories(out / "clean")) == 4
+
+
+def test_calc_oracle_transient_no_drop(tmp_path: Path) -> None:
+    res = robustness(
+        tmp_path / "rb", "calc", "--agent", "oracle", "--perturb", "transient=0.5", "--tasks", "8"
+    )
+    t = by_name(res)["transient"]
+    assert t["run"]["faults"] > 0 and t["drop"] == 0 and t["high"] == 0
+    assert "no drop" in t["verdict"]
+
+
+def test_safety_gate_trips_counted_by_gate(tmp_path: Path) -> None:
+    """The no-op agent under reward=strict: every episode it fails a gate zeroes; the counts
+    are those of the trajectories' ``gated_by``, clean and perturbed alike. It calls no tool,
+    so nothing was injected, and the result says so."""
+    res = robustness(
+        tmp_path / "rb", "tau-retail", "--agent", "noop", "-e", "reward=strict",
+        "--perturb", "transient=0.3", "--tasks", "6",
+    )  # fmt: skip
+    want: dict[str, int] = {}
+    for t in trajectories(res["clean"]["run_dir"]):
+        if t.gated_by is not None:
+            want[t.gated_by] = want.get(t.gated_by, 0) + 1
+    assert want and res["clean"]["gates"] == want
+    p = by_name(res)["transient"]
+    assert p["run"]["gates"] == want and p["run"]["faults"] == 0
+    assert any("no fault was injected" in n for n in p["notes"])
+
+
+def test_bad_perturbations_are_refused_before_running(tmp_path: Path) -> None:
+    for bad in ("nonsense=0.3", ""):
+        r = envlab("robustness", "calc", "--agent", "oracle", "--perturb", bad,
+                   "--out", str(tmp_path / "x"))  # fmt: skip
+        assert r.returncode == 2 and "error:" in r.stderr
+        assert not (tmp_path / "x" / "clean").exists()
+
+
+def test_the_same_perturbation_twice_gets_two_directories(tmp_path: Path) -> None:
+    res = robustness(
+        tmp_path / "rb", "calc", "--agent", "oracle", "--perturb", "transient=0.2,transient=0.6",
+        "--tasks", "3",
+    )  # fmt: skip
+    names = [p["name"] for p in res["perturbations"]]
+    assert len(set(names)) == 2 and all((tmp_path / "rb" / n).is_dir() for n in names)
