@@ -16,6 +16,7 @@ from envlab.cli.console import run_app
 from envlab.cli.eval_cmd import eval_cmd
 from envlab.cli.export_cmd import export_cmd
 from envlab.cli.gc import gc_cmd
+from envlab.cli.logs_cmd import logs_from_run_cmd, sim_from_logs_cmd
 from envlab.cli.measure_cmds import compare_cmd, report_cmd
 from envlab.cli.robustness_cmd import robustness_cmd
 from envlab.cli.serve_model import serve_model_cmd
@@ -115,6 +116,8 @@ app.command("arena")(arena_cmd)
 app.command("gc")(gc_cmd)
 app.command("export")(export_cmd)
 app.command("train")(train_cmd)
+app.command("logs-from-run")(logs_from_run_cmd)
+app.command("sim-from-logs")(sim_from_logs_cmd)
 app.command("robustness")(robustness_cmd)
 
 

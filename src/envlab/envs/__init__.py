@@ -13,7 +13,8 @@ ENVS = Registry("envlab.envs", "environment")
 
 def load_env(name: str, **kwargs: Any) -> EnvSpec:
     """The spec of an environment by registered name, ``module:Spec`` path, or the path of a
-    task folder (or of a directory of task folders), configured with ``kwargs``."""
+    task folder (or of a directory of task folders), or a replay directory (``replay.json``,
+    written by ``envlab sim-from-logs``), configured with ``kwargs``."""
     is_python_file = name.partition(":")[0].endswith(".py")
     if not is_python_file and ("/" in name or name.startswith(".") or Path(name).is_dir()):
         path = Path(name)
@@ -22,6 +23,10 @@ def load_env(name: str, **kwargs: Any) -> EnvSpec:
                 f"no task folder at {name!r}: the path does not exist. Give a task folder "
                 "(instruction.md, task.toml, tests/) or a directory of them."
             )
+        from envlab.envs.replay.spec import is_replay_dir, load_replay_env
+
+        if is_replay_dir(path):  # written by `envlab sim-from-logs`
+            return load_replay_env(path, **kwargs)
         from envlab.envs.taskfolder import load_task_env
 
         return load_task_env(path, **kwargs)

@@ -1,0 +1,154 @@
+"""Logs from an envlab run directory: every scored episode becomes one logged session.
+
+The messages are rebuilt from the episode's parsed steps (what the agent did and what the
+environment answered, the same whatever the agent's harness rendered), after the system
+prompt and the opening user message of its transcript. Which tools write is not in a
+trajectory: it comes from the environment named in ``run.json`` (its tools' ``writes``), or
+from ``writes=`` when that environment cannot be loaded here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envlab.core import ConfigError, EnvlabError, EnvSpec, Task, Trajectory
+from envlab.envs.replay.format import LogMessage, LogSession, Outcome
+from envlab.runs import RunDir, RunInfo
+
+
+@dataclass(slots=True)
+class Converted:
+    sessions: list[LogSession] = field(default_factory=list)
+    writes: list[str] = field(default_factory=list)
+    writes_from: str = ""
+    """Where ``writes`` came from: ``the environment NAME`` or ``--writes``."""
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Episodes left out, by why (``env_error``, ``infra_error``, ``unscored``)."""
+
+
+def _load_spec(info: RunInfo) -> tuple[EnvSpec | None, str]:
+    from envlab.envs import load_env
+
+    names = [info.env_id]
+    if info.command[1:2] == ["eval"] and len(info.command) > 2 and info.command[2] not in names:
+        names.append(info.command[2])
+    problems = []
+    for name in names:
+        try:
+            return load_env(name, **info.env_config), name
+        except EnvlabError as e:
+            problems.append(f"{name}: {e}")
+    return None, "; ".join(problems)
+
+
+def _writes_of(spec: EnvSpec) -> list[str]:
+    env = spec.new_episode()
+    return sorted(t.name for t in env.tools if t.writes)
+
+
+def _find_task(spec: EnvSpec, info: RunInfo, task_id: str, cache: dict[str, Task]) -> Task | None:
+    if not cache:
+        for split in dict.fromkeys(["test", *getattr(spec, "splits", ())]):
+            try:
+                cache.update((t.id, t) for t in spec.tasks(seed=info.seed, split=split))
+            except EnvlabError:
+                continue
+    return cache.get(task_id)
+
+
+def _messages(traj: Trajectory) -> list[LogMessage]:
+    """System prompt and opening of the transcript, then each step: the action, the answer."""
+    head: list[dict[str, Any]] = []
+    system = next((m for m in traj.messages if m.get("role") == "system"), None)
+    if system is not None:
+        head.append({"role": "system", "content": system.get("content") or ""})
+    opening = next((m for m in traj.messages if m.get("role") == "user"), None)
+    if opening is not None:
+        head.append({"role": "user", "content": opening.get("content") or ""})
+    out = [LogMessage.model_validate(m) for m in head]
+    for step in traj.steps:
+        msg = step.action.to_message()
+        answered = [r.tool_call_id for r in step.observation.tool_results]
+        for i, c in enumerate(msg.get("tool_calls", [])):  # an id the environment gave a call
+            if not c["id"] and i < len(answered):
+                c["id"] = answered[i]
+        out.append(LogMessage.model_validate({**msg, "content": msg["content"] or None}))
+        for r in step.observation.tool_results:
+            tool = r.to_message()
+            out.append(LogMessage.model_validate({**tool, "is_error": r.is_error or None}))
+        if step.observation.text:
+            out.append(LogMessage(role="user", content=step.observation.text))
+    return out
+
+
+def _side_effects(traj: Trajectory, writes: set[str]) -> list[dict[str, Any]]:
+    effects = []
+    for step in traj.steps:
+        ok = {r.tool_call_id for r in step.observation.tool_results if not r.is_error}
+        for c in step.action.tool_calls:
+            if c.name in writes and c.id in ok:
+                args = c.arguments
+                if isinstance(args, str):
+                    with contextlib.suppress(json.JSONDecodeError):
+                        args = json.loads(args or "{}")
+                effects.append({"tool": c.name, "arguments": args})
+    return effects
+
+
+def _session(
+    traj: Trajectory, info: RunInfo, writes: list[str], task: Task | None, threshold: float
+) -> LogSession:
+    assert traj.reward is not None
+    return LogSession(
+        session_id=traj.episode_id,
+        messages=_messages(traj),
+        tools=traj.tools,
+        writes=[w for w in writes if any(t["function"]["name"] == w for t in traj.tools)],
+        outcome=Outcome(success=traj.reward >= threshold, reward=traj.reward),
+        goal=task.prompt if task is not None else None,
+        task=traj.task_id,
+        split=task.split if task is not None else "test",
+        side_effects=_side_effects(traj, set(writes)),
+        metadata={
+            "env_id": info.env_id,
+            "env_hash": traj.env_hash,
+            "agent": traj.agent.name,
+            "status": traj.status.value,
+            "sample_index": traj.sample_index,
+            "gated_by": traj.gated_by,
+        },
+    )
+
+
+def logs_from_run(
+    run_dir: str | Path, *, writes: list[str] | None = None, pass_threshold: float = 1.0
+) -> Converted:
+    """The sessions of every scored episode of ``run_dir`` (a failure of the machinery or the
+    environment is left out and counted: its outcome says nothing of the session)."""
+    run = RunDir(run_dir)
+    spec, named = _load_spec(run.info)
+    out = Converted()
+    if writes is not None:
+        out.writes, out.writes_from = sorted(writes), "--writes"
+    elif spec is not None:
+        out.writes, out.writes_from = _writes_of(spec), f"the environment {named}"
+    else:
+        raise ConfigError(
+            f"cannot tell which tools of {run.info.env_id!r} write: the run does not record it "
+            f"and its environment does not load here ({named}). Pass --writes TOOL,TOOL"
+        )
+    tasks: dict[str, Task] = {}
+    for traj in run.trajectories():
+        if not traj.scored:
+            why = traj.status.value if not traj.status.scored else "unscored"
+            out.skipped[why] = out.skipped.get(why, 0) + 1
+            continue
+        task = _find_task(spec, run.info, traj.task_id, tasks) if spec is not None else None
+        out.sessions.append(_session(traj, run.info, out.writes, task, pass_threshold))
+    if not out.sessions:
+        raise ConfigError(f"{run_dir} holds no scored episode to write as a session")
+    return out

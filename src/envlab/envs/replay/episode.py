@@ -1,0 +1,210 @@
+"""One replayed session: the agent talks to the logged user and its tools answer from the logs.
+
+A step is one message of the agent, as in a τ episode: tool calls (answered from the logs) or
+text (answered by the user: the next logged user turn, or the model-backed user). The episode
+ends when the user says ``###STOP###``: the scripted user says it when the logged turns run out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from envlab.core import (
+    Action,
+    EpisodeOrderError,
+    Observation,
+    Reward,
+    Rubric,
+    StepResult,
+    Task,
+    ToolCall,
+    ToolCallError,
+    ToolEnv,
+    ToolResult,
+)
+from envlab.envs.replay.index import Key, canonical
+from envlab.envs.tau.users import STOP, UserSimulator
+
+if TYPE_CHECKING:
+    from envlab.envs.replay.spec import ReplaySpec
+
+ANSWER_ATTR = "_replay_answer"
+
+
+class LoggedUser(UserSimulator):
+    """The logged session's user turns, said in order whatever the agent says; ``STOP`` once
+    they run out (or where a logged turn says it)."""
+
+    def __init__(self, turns: list[str]) -> None:
+        self.turns = list(turns)
+        self.said = 0
+
+    async def start(self) -> str:
+        self.said = 1
+        return self.turns[0]
+
+    async def reply(self, agent_message: str) -> str:
+        if self.said >= len(self.turns):
+            return STOP
+        self.said += 1
+        return self.turns[self.said - 1]
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return {"user": "logged", "turn": self.said}
+
+
+class ReplayEpisode(ToolEnv):
+    """The episode of a replay task (``ReplaySpec``)."""
+
+    spec: ReplaySpec
+
+    def __init__(self, spec: ReplaySpec) -> None:
+        super().__init__(spec)
+        self._tool_specs = spec.tool_specs  # type: ignore[misc]
+        self.user: UserSimulator | None = None
+        self.events: list[dict[str, Any]] = []
+        self.writes: list[tuple[str, str]] = []
+        self.opening = ""
+        self.reference = ""
+        self.n_calls = self.n_unanswerable = self.n_fuzzy = 0
+        self._seen: Counter[Key] = Counter()
+        self._calling = ""
+        self._outcome: dict[str, Any] = {}
+        self._refusal: str | None = None
+        self._step_calls: list[dict[str, Any]] = []
+
+    @property
+    def rubric(self) -> Rubric:  # type: ignore[override]
+        return self.spec.rubric
+
+    def system_prompt(self) -> str | None:
+        return self.spec.session(self.reference).system() if self.reference else None
+
+    async def on_reset(self, task: Task, seed: int | None) -> None:
+        self.reference = task.answer["session_id"]
+        self.user = self.spec.make_user(task, seed)
+        self.opening = await self.user.start()
+        self.events.append({"by": "user", "text": self.opening})
+
+    def prompt(self, task: Task) -> str:
+        return self.opening
+
+    async def step(self, action: Action) -> StepResult:
+        if self.task is None or self.user is None:
+            raise EpisodeOrderError("step() called before reset(); call reset(task) first")
+        if action.tool_calls:
+            self._step_calls = []
+            result = await super().step(action)
+            missing = sum(1 for c in self._step_calls if c.get("unanswerable"))
+            result.info.update(replay=self._step_calls, unanswerable=missing)
+            return result
+        if self.done:
+            raise EpisodeOrderError("step() called after the conversation ended")
+        self.n_steps += 1
+        self.events.append({"by": "agent", "text": action.text})
+        answer = await self.user.reply(action.text)
+        self.events.append({"by": "user", "text": answer})
+        self.done = STOP in answer
+        if self.done:
+            self.final_answer = action.text
+        obs = Observation(text=answer, metadata={"from": "user", **self.user.info})
+        return StepResult(obs, 0.0, done=self.done, info={"user": self.user.info})
+
+    async def call_tool(self, call: ToolCall, default_id: str = "") -> ToolResult:
+        self._calling, self._outcome, self._refusal = call.name, {}, None
+        result = await super().call_tool(call, default_id)
+        spec = self._tool_specs.get(call.name)
+        writes = bool(spec and spec.writes)
+        entry = self.tool_log[-1]
+        entry.update(self._outcome, writes=writes)
+        if self._refusal is not None:  # the logged refusal, word for word
+            result = ToolResult(result.tool_call_id, call.name, self._refusal, is_error=True)
+        if writes and "arguments" in entry:  # a well-formed write, answered or not
+            self.writes.append((call.name, canonical(entry["arguments"])))
+        self.events.append(
+            {
+                "by": "tool",
+                "name": call.name,
+                "arguments": entry.get("arguments"),
+                "result": result.content,
+                "writes": writes,
+                "error": result.is_error,
+            }
+        )
+        self._step_calls.append(
+            {"tool": call.name, "call_id": result.tool_call_id, **self._outcome}
+        )
+        return result
+
+    def _replay_answer(self, /, **arguments: Any) -> str:
+        """Every tool: the logged answer to this call (``LoggedToolSpec.attr``)."""
+        name, cfg = self._calling, self.spec.config
+        key = (name, canonical(arguments))
+        self.n_calls += 1
+        fuzzy = cfg.fuzzy_threshold if cfg.match == "fuzzy" else None
+        ans = self.spec.answers.lookup(key, self.reference, self._seen, fuzzy=fuzzy)
+        if ans is None:
+            self.n_unanswerable += 1
+            self._outcome = {"match": None, "unanswerable": True}
+            raise ToolCallError(self._unanswerable_message(key))
+        self._outcome = {"match": ans.match, "source": ans.source}
+        if ans.match == "fuzzy":
+            self.n_fuzzy += 1
+            self._outcome.update(
+                similarity=round(ans.similarity, 4), matched_arguments=json.loads(ans.arguments)
+            )
+        if ans.is_error:
+            self._outcome["logged_error"], self._refusal = True, ans.content
+            raise ToolCallError(ans.content.removeprefix("Error: "))
+        return ans.content
+
+    def _unanswerable_message(self, key: Key) -> str:
+        fuzzy = self.spec.config.match == "fuzzy"
+        hint = " (nor one close enough to match fuzzily)" if fuzzy else " (exact match)"
+        return (
+            f"no logged answer for {key[0]}({key[1]}): this environment replays logged sessions "
+            f"and no session made this call with these arguments{hint}. The call did not run; "
+            "call the tools as the logged sessions did."
+        )
+
+    def state(self) -> dict[str, Any]:
+        return {
+            **super().state(),
+            "events": list(self.events),
+            "writes": [list(w) for w in self.writes],
+            "calls": self.n_calls,
+            "unanswerable": self.n_unanswerable,
+            "fuzzy": self.n_fuzzy,
+            "reference": self.reference,
+        }
+
+    def _details(self, reward: Reward) -> Reward:
+        counts = {"calls": self.n_calls, "unanswerable": self.n_unanswerable, "fuzzy": self.n_fuzzy}
+        return reward.model_copy(update={"details": {**reward.details, "replay": counts}})
+
+    async def grade(self) -> Reward:
+        if self._reward is None:
+            self._reward = self._details(await self.rubric.score(self.grading_context()))
+        return self._reward
+
+    async def regrade(self) -> Reward:
+        return self._details(await self.rubric.score(self.grading_context()))
+
+    def oracle_actions(self, task: Task) -> list[Action]:
+        """The logged successful session's assistant messages, one action each, as logged."""
+        actions = []
+        for m in self.spec.session(task.answer["session_id"]).messages:
+            if m.role != "assistant":
+                continue
+            calls = [
+                ToolCall(c.function.name, c.function.arguments, id=c.id) for c in m.tool_calls or []
+            ]
+            actions.append(Action(text=m.text, tool_calls=calls))
+        return actions
+
+    async def close(self) -> None:
+        if self.user is not None:
+            await self.user.close()

@@ -1,0 +1,111 @@
+"""The reward of a replayed session: its write calls against the logged successful session's.
+
+- ``writes_match`` (weight 1): the episode's write calls are the reference session's, as a
+  multiset of (tool name, canonical arguments); order aside, the same calls the same number of
+  times. A write call counts when its arguments passed the tool's schema, whether the logs
+  answered it or not (an unanswerable write is still a write the agent tried to make).
+- gate ``no_write_when_none_needed``: where the reference session wrote nothing, no write;
+- gate ``no_unlogged_write``: no write the reference session did not make (nor more of one
+  than it made);
+- gate ``confirmed_writes``: where every write of the reference session came right after the
+  user's yes, every write of the episode does too (τ's ``confirmed_writes``).
+- ``answered`` (weight 0, reported): the share of the episode's tool calls the logs answered.
+
+The graders read ``state()``: ``writes`` (the write calls), ``events`` (the conversation in
+order, as a τ episode records it), ``calls`` and ``unanswerable``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from envlab.core import Component, GradingContext, Rubric, Task
+from envlab.envs.replay.format import LogSession
+from envlab.envs.replay.index import canonical, logged_calls
+from envlab.envs.tau.strict import confirmed_writes as tau_confirmed_writes
+
+
+def _multiset(writes: list[list[str]] | list[tuple[str, str]]) -> Counter[tuple[str, str]]:
+    return Counter((name, args) for name, args in writes)
+
+
+def writes_match(ctx: GradingContext) -> float:
+    return float(_multiset(ctx.state["writes"]) == _multiset(ctx.task.answer["writes"]))
+
+
+def no_write_when_none_needed(ctx: GradingContext) -> float:
+    return float(bool(ctx.task.answer["writes"]) or not ctx.state["writes"])
+
+
+def no_unlogged_write(ctx: GradingContext) -> float:
+    extra = _multiset(ctx.state["writes"]) - _multiset(ctx.task.answer["writes"])
+    return float(not extra)
+
+
+def confirmed_writes(ctx: GradingContext) -> float:
+    if not ctx.task.answer["confirmed"]:
+        return 1.0  # the logged session did not confirm its writes: nothing to hold it to
+    return tau_confirmed_writes(ctx)
+
+
+def answered(ctx: GradingContext) -> float:
+    calls = ctx.state["calls"]
+    return 1.0 - ctx.state["unanswerable"] / calls if calls else 1.0
+
+
+def _gate(name: str, fn: Any, what: str) -> Component:
+    return Component(name, fn, weight=0.0, gate=True, description=what)
+
+
+REPLAY_RUBRIC = Rubric(
+    [
+        Component("writes_match", writes_match, weight=1.0, description="the logged writes"),
+        Component("answered", answered, weight=0.0, description="calls the logs answered"),
+        _gate("no_write_when_none_needed", no_write_when_none_needed, "no write where none"),
+        _gate("no_unlogged_write", no_unlogged_write, "no write the logged session did not make"),
+        _gate("confirmed_writes", confirmed_writes, "each write after the user's yes, as logged"),
+    ]
+)
+
+
+def session_events(session: LogSession, writes: set[str]) -> list[dict[str, Any]]:
+    """The logged conversation as a τ episode records its events: ``user`` and ``agent`` texts
+    (an assistant message with tool calls is its calls) and ``tool`` calls."""
+    results = {c.call_id: c for c in logged_calls(session)}
+    events: list[dict[str, Any]] = []
+    for m in session.messages:
+        if m.role == "user":
+            events.append({"by": "user", "text": m.text})
+        elif m.role == "assistant" and not m.tool_calls:
+            events.append({"by": "agent", "text": m.text})
+        for c in m.tool_calls or []:
+            logged = results.get(c.id)
+            events.append(
+                {
+                    "by": "tool",
+                    "name": c.function.name,
+                    "arguments": canonical(c.function.arguments),
+                    "result": logged.result if logged else "",
+                    "writes": c.function.name in writes,
+                    "error": bool(logged and logged.is_error),
+                }
+            )
+    return events
+
+
+def session_writes(session: LogSession, writes: set[str]) -> list[tuple[str, str]]:
+    """The session's write calls, (name, canonical arguments), in order."""
+    return [
+        (c.function.name, canonical(c.function.arguments))
+        for m in session.messages
+        for c in m.tool_calls or []
+        if c.function.name in writes
+    ]
+
+
+def confirmed_in(session: LogSession, writes: set[str]) -> bool:
+    """Whether every write of the logged session came right after the user's yes."""
+    events = session_events(session, writes)
+    placeholder = Task(id=session.session_id, prompt="")
+    return tau_confirmed_writes(GradingContext(placeholder, None, {"events": events})) == 1.0
