@@ -273,3 +273,123 @@ def test_config_hash_and_limits() -> None:
     assert len(TriageEnv(size=7).tasks()) == 7
     loaded = load_env("envlab.envs.triage:TriageEnv", size=5)  # the entry point's target
     assert isinstance(loaded, TriageEnv) and len(loaded.tasks(split="train")) == 5
+
+
+# --- reading an answer: Unicode disguises, honest spellings, one read per grade ---------------
+
+SEEN_AS_TWO = {  # normalized, the hidden option is read: two options
+    "zero_width_space": "queue_team pa\u200bge_oncall",
+    "word_joiner": "queue_team pa\u2060ge_oncall",
+    "bom": "queue_team pa\ufeffge_oncall",
+    "soft_hyphen": "queue_team pa\u00adge_oncall",
+    "grapheme_joiner": "queue_team pa\u034fge_oncall",
+    "tag_character": "queue_team pa\U000e0041ge_oncall",
+    "fullwidth": "queue_team \uff50\uff41\uff47\uff45\uff3f\uff4f\uff4e\uff43\uff41\uff4c\uff4c",
+    "math_bold": "queue_team \U0001d429\U0001d41a\U0001d420\U0001d41e_oncall",
+    "circled": "queue_team \u24df\u24d0\u24d6\u24d4 oncall",
+    "accented": "queue_team p\u00e1ge_\u00f3ncall",
+    "combining_accent": "queue_team pa\u0301ge_oncall",
+    "capital_i_for_l": "queue_team page_oncaIl",
+    "zero_for_o": "queue_team 0pen_incident",
+    "rn_for_m": "page_oncall queue tearn",
+}
+DISGUISED = {  # a look-alike the gate cannot read: names no single option
+    "cyrillic_a": "queue_team p\u0430ge_oncall",
+    "cyrillic_word": "queue_team \u0441\u04cf\u043e\u0455\u0435_duplicate",
+    "greek_capitals": "queue_team \u03a1\u0391GE_ONCALL",
+    "small_capitals": "queue_team \u1d18\u1d00\u0262\u1d07_oncall",
+    "negative_squared": "queue_team \U0001f17f\U0001f170\U0001f176\U0001f174_oncall",
+    "regional_indicators": "queue_team \U0001f1f5\U0001f1e6\U0001f1ec\U0001f1ea_oncall",
+    "bidi_override": "queue_team \u202ellacno_egap\u202c",
+    "hangul_filler": "queue_team\u3164page_oncall",
+    "cjk_glued": "queue_team\u7b54page_oncall",
+    "private_use": "queue_team pa\ue000ge_oncall",
+}
+
+
+@pytest.mark.parametrize(
+    "answer", [*SEEN_AS_TWO.values(), *DISGUISED.values()], ids=[*SEEN_AS_TWO, *DISGUISED]
+)
+async def test_an_option_in_unicode_disguise_is_no_single_option(answer: str) -> None:
+    assert chosen_option(answer) is None
+    spec = TriageEnv()
+    trajs = await _run(spec, AnswerAgent(answer), list(spec.tasks(n=3, split="test")))
+    for t in trajs:
+        assert t.scored and t.reward == 0.0 and t.gated_by == "one_option"
+
+
+@pytest.mark.parametrize("answer", SEEN_AS_TWO.values(), ids=SEEN_AS_TWO.keys())
+def test_a_normalized_answer_shows_the_hidden_option(answer: str) -> None:
+    assert len(named_options(answer)) == 2
+
+
+HONEST = {
+    "fullwidth": ("\uff51\uff55\uff45\uff55\uff45\uff3f\uff54\uff45\uff41\uff4d", "queue_team"),
+    "math_bold": ("\U0001d42a\U0001d42e\U0001d41e\U0001d42e\U0001d41e team", "queue_team"),
+    "accented": ("qu\u00e9ue_team", "queue_team"),
+    "soft_hyphen": ("que\u00adue_team", "queue_team"),
+    "nbsp": ("PAGE\u00a0ONCALL", "page_oncall"),
+    "curly_quotes": ("\u201cclose-duplicate\u201d", "close_duplicate"),
+    "emoji": ("\u2705 auto_remediate \U0001f680\U0001f680", "auto_remediate"),
+    "cjk_prose": ("\u7b54\u6848\uff1aopen_incident\u3002", "open_incident"),
+    "arabic_prose": ("\u0627\u0644\u062c\u0648\u0627\u0628: queue_team", "queue_team"),
+    "greek_letter": ("\u0394 latency up, so page_oncall", "page_oncall"),
+    "dash": ("Decision \u2014 queue_team", "queue_team"),
+}
+
+
+@pytest.mark.parametrize("answer,option", HONEST.values(), ids=HONEST.keys())
+def test_an_honest_answer_with_unicode_is_read_as_its_option(answer: str, option: str) -> None:
+    assert chosen_option(answer) == option
+
+
+def _word_reading(text: str) -> list[str]:
+    """The ASCII reading triage has always had: whole [a-z0-9]+ words, matched in order."""
+    forms = {o: [tuple(o.split("_"))] for o in OPTIONS}
+    forms["page_oncall"].append(("page", "on", "call"))
+    forms["auto_remediate"].append(("autoremediate",))
+    words, found = re.findall(r"[a-z0-9]+", text.lower()), []
+    for i in range(len(words)):
+        for o, fs in forms.items():
+            if o not in found and any(tuple(words[i : i + len(f)]) == f for f in fs):
+                found.append(o)
+    return found
+
+
+def test_an_ascii_answer_is_read_as_whole_words_as_before() -> None:
+    vocab = ["page", "on", "call", "oncall", "open", "incident", "queue", "team", "auto"]
+    vocab += ["remediate", "autoremediate", "close", "duplicate", "reopen", "teams", "x"]
+    vocab += ["PAGE", "Queue", "Close", "oncaller", "closed", "or", "not", "2", "the"]
+    seps = [" ", "_", "-", "", ", ", "\n", "**", "/", "`", ".", " - ", "\t"]
+    r = random.Random(13)
+    for _ in range(3000):
+        parts = [r.choice(vocab) + r.choice(seps) for _ in range(r.randint(1, 8))]
+        text = "".join(parts)
+        assert named_options(text) == _word_reading(text), text
+
+
+def test_the_reading_is_bounded() -> None:
+    many = "".join(chr(0x4E00 + i) for i in range(5000)) + " queue_team"  # > _MAX_DISTINCT
+    assert chosen_option(many) is None and named_options(many) == ["queue_team"]
+    assert chosen_option("\ufdfa" * 1000 + " queue_team") is None  # U+FDFA: 18 characters
+    assert chosen_option("\u4e00" * 10_000 + " queue_team") == "queue_team"
+
+
+async def test_an_answer_is_read_once_per_grade_and_a_2mb_answer_is_graded() -> None:
+    from envlab.envs import triage
+
+    spec = TriageEnv()
+    tasks = list(spec.tasks(n=4, split="test"))
+    filler = "a " * 1_000_000  # 2 MB
+    answers = [filler + "queue_team", "queue_team " + filler + "page_oncall"]
+    answers += [filler + "queue_team p\u0430ge_oncall", filler + "\u00a0close duplicate"]
+    before = triage._read.cache_info()
+    trajs = []
+    for answer, task in zip(answers, tasks, strict=True):
+        trajs += await _run(spec, AnswerAgent(answer), [task])
+    after = triage._read.cache_info()
+    assert after.misses - before.misses == 4  # one reading per grade
+    assert after.hits - before.hits == 4  # the other component reuses it
+    assert trajs[0].reward == pytest.approx(realized_reward(tasks[0], "queue_team"))
+    assert trajs[1].gated_by == "one_option" and trajs[2].gated_by == "one_option"
+    assert trajs[3].reward == pytest.approx(realized_reward(tasks[3], "close_duplicate"))

@@ -10,12 +10,15 @@ sees the prompt can do, so "fraction of the best achievable" is exact.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import random
 import re
 import sys
+import unicodedata
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -97,28 +100,114 @@ def parse_prompt(prompt: str) -> Ticket:
 
 # --- reading the answer ---------------------------------------------------------------------
 
-_WORD = re.compile(r"[a-z0-9]+")
-_FORMS: dict[str, tuple[tuple[str, ...], ...]] = {o: (tuple(o.split("_")),) for o in OPTIONS}
-_FORMS["page_oncall"] += (("page", "on", "call"),)
-_FORMS["auto_remediate"] += (("autoremediate",),)
+_SUSPECT, _FOREIGN = "\ue000", "\ue001"
+"""The two non-ASCII word characters a normalized answer holds: ``_SUSPECT`` may pass for a
+Latin letter (a letter of another script or of Latin beyond a-z, a symbol named a letter
+such as 🅿, a control, a private or unassigned code point), ``_FOREIGN`` is a letter or digit
+of a script with nothing shaped like a-z (``_FOREIGN_SCRIPTS``)."""
+_FOREIGN_SCRIPTS = (
+    *("CJK", "IDEOGRAPHIC", "HIRAGANA", "KATAKANA", "HANGUL"),
+    *("ARABIC", "HEBREW", "DEVANAGARI", "THAI"),
+)
+_REORDERING = frozenset(map(chr, (*range(0x202A, 0x202F), *range(0x2066, 0x206A))))
+"""Bidi embeddings, overrides and isolates: they change the order a reader sees."""
+_MAX_DISTINCT, _MAX_GROWTH = 4096, 4
+"""Past these an answer is not an option name, and its reading stops (the bound on the
+grader's work): more distinct non-ASCII characters, or compatibility forms that spell more
+than ``_MAX_GROWTH`` characters each on average (U+FDFA is 18)."""
+
+_W = f"a-z0-9{_SUSPECT}{_FOREIGN}"  # word characters; anything else separates words
+_LOOKS = {"l": "[l1i]", "o": "[o0]", "m": "(?:m|rn)"}  # ASCII look-alikes: oncaIl, 0pen, tearn
+_FORMS = {
+    "page_oncall": "page+on*call",
+    "open_incident": "open+incident",
+    "queue_team": "queue+team",
+    "auto_remediate": "auto*remediate",
+    "close_duplicate": "close+duplicate",
+}
+"""How each option is written: its words, ``+`` one or more separators, ``*`` any number."""
+assert tuple(_FORMS) == OPTIONS
+_SPELLED = {"+": f"[^{_W}]++", "*": f"[^{_W}]*+", **_LOOKS}
+_NAMES = re.compile(
+    f"(?<![{_W}])(?:"
+    + "|".join(f"(?P<{o}>{''.join(_SPELLED.get(c, c) for c in f)})" for o, f in _FORMS.items())
+    + f")(?![{_W}])"
+)
+_DISGUISE = re.compile(  # a word that mixes a-z with another script, or has two suspect letters
+    f"[a-z][0-9{_SUSPECT}]*+{_FOREIGN}|{_FOREIGN}[0-9{_SUSPECT}]*+[a-z]"
+    f"|{_SUSPECT}[0-9]*+[a-z{_SUSPECT}{_FOREIGN}]|[a-z{_FOREIGN}][0-9]*+{_SUSPECT}"
+)
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _mark(ch: str) -> str:
+    """What the non-ASCII character ``ch`` of an NFKD, case-folded answer is read as."""
+    category = unicodedata.category(ch)
+    if category in ("Cf", "Mn", "Me"):  # invisible: zero-width, soft hyphen, bidi; accents
+        return ""
+    if category[0] in "ZP":  # spaces, punctuation: separators
+        return ch
+    name = unicodedata.name(ch, "")
+    if category[0] == "S":  # symbols separate words, unless they show a letter (🅿, 🇵)
+        return _SUSPECT if "LETTER" in name else ch
+    foreign = (category[0] in "LN" or category == "Mc") and name.startswith(_FOREIGN_SCRIPTS)
+    return _FOREIGN if foreign else _SUSPECT
+
+
+def _normalized(text: str) -> tuple[str, bool]:
+    """``text`` as the gate reads it, and whether it is disguised (``chosen_option``).
+
+    NFKD (fullwidth, ligatures, super- and subscripts, math letters to plain letters: NFKC's
+    folding, decomposed), case-folded, without invisible characters and accents; every
+    other non-ASCII character a separator or one of the two markers (``_mark``)."""
+    s = unicodedata.normalize("NFKD", text)
+    if len(s) <= _MAX_GROWTH * len(text):
+        s = unicodedata.normalize("NFKD", s.casefold())
+        chars = {c for c in set(s) if not c.isascii()}
+        if len(chars) <= _MAX_DISTINCT:
+            s = s.translate({ord(c): _mark(c) for c in chars}).lower()
+            return s, not _REORDERING.isdisjoint(chars) or _DISGUISE.search(s) is not None
+    return _NON_ASCII.sub(_SUSPECT, text.lower()), True
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    options: tuple[str, ...]
+    disguised: bool
+
+
+@functools.lru_cache(maxsize=1)  # the gate and the cost read the same answer: one pass
+def _read(text: str) -> _Reading:
+    s, disguised = (text.lower(), False) if text.isascii() else _normalized(text)
+    names = (m.lastgroup for m in _NAMES.finditer(s))
+    return _Reading(tuple(dict.fromkeys(n for n in names if n is not None)), disguised)
 
 
 def named_options(text: str | None) -> list[str]:
     """The distinct options an answer names, in order of first mention: whole words, any case,
-    with spaces, hyphens or underscores between their parts (``Queue-Team``, ``page on call``)."""
-    words = _WORD.findall((text or "").lower())
-    found: list[str] = []
-    for i in range(len(words)):
-        for option, forms in _FORMS.items():
-            if option not in found and any(tuple(words[i : i + len(f)]) == f for f in forms):
-                found.append(option)
-    return found
+    with spaces, hyphens, underscores or other punctuation between their parts (``Queue-Team``,
+    ``page on call``), read after Unicode normalization (``_normalized``): a fullwidth or
+    accented letter is its plain letter, a zero-width space or a soft hyphen is not there, and
+    ``l``, ``o``, ``m`` may be written as the look-alike ``I``/``1``, ``0``, ``rn``."""
+    return list(_read(text or "").options)
 
 
 def chosen_option(text: str | None) -> str | None:
-    """The option an answer picks: the only one it names, else ``None``."""
-    names = named_options(text)
-    return names[0] if len(names) == 1 else None
+    """The option an answer picks: the only one it names, else ``None``.
+
+    Also ``None`` when the answer may show a reader an option the parser cannot read (a
+    homoglyph attack): a word that mixes a-z with a letter of any other script (``pаge`` with
+    a Cyrillic ``а``), a word with two letters that may pass for Latin ones (``сӏоѕе``,
+    ``ᴘᴀɢᴇ``, ``🅿🅰🅶🅴``), bidi controls that reorder the text, or more than
+    ``_MAX_DISTINCT`` distinct non-ASCII characters. The gate cannot tell which options such an
+    answer shows, so it counts as naming no single one and scores 0: conservative, at the price
+    of an honest answer that writes a word in Greek or Cyrillic. Single letters (``Δ``) and
+    scripts with nothing shaped like a-z, apart from a-z words (``答案: queue_team``), are
+    read as any prose."""
+    reading = _read(text or "")
+    if reading.disguised or len(reading.options) != 1:
+        return None
+    return reading.options[0]
 
 
 # --- grading ----------------------------------------------------------------------------------
