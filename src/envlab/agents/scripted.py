@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 from envlab.core import Action, Agent, AgentSpec, ConfigError, EpisodeContext, Observation, ToolCall
+from envlab.core.toolenv import RETRYABLE_MARK
 from envlab.core.tools import ToolSpec
 
 
@@ -26,14 +28,21 @@ class OracleAgent(Agent):
     """A privileged agent that replays the environment's reference solution.
 
     It reads hidden task data, so its score checks the environment (a solvable task, a grader
-    that accepts the right answer), never an agent's skill.
+    that accepts the right answer), never an agent's skill. A call answered with a retryable
+    error (``RETRYABLE_MARK``: a transient failure, a rate limit; the tool was not run) is sent
+    again, unchanged, up to ``max_retries`` times in a row, before the next action.
     """
 
     name = "oracle"
     privileged = True
 
-    def __init__(self) -> None:
+    def __init__(self, max_retries: int = 5) -> None:
+        if max_retries < 0:
+            raise ConfigError(f"the oracle's max_retries must be >= 0, got {max_retries}")
+        self.max_retries = max_retries
         self._queue: list[Action] = []
+        self._last: Action | None = None
+        self._retries = 0
 
     @property
     def spec(self) -> AgentSpec:
@@ -45,7 +54,26 @@ class OracleAgent(Agent):
         self._queue = list(ctx.oracle_actions)
 
     async def act(self, observation: Observation) -> Action:
-        return self._queue.pop(0) if self._queue else Action(text="")
+        again = self._to_retry(observation)
+        if again and self._retries < self.max_retries:
+            self._retries += 1
+            calls = [replace(c, id=f"{c.id}_retry{self._retries}" if c.id else "") for c in again]
+            self._last = Action(tool_calls=calls)
+            return self._last
+        self._retries = 0
+        self._last = self._queue.pop(0) if self._queue else Action(text="")
+        return self._last
+
+    def _to_retry(self, observation: Observation) -> list[ToolCall]:
+        """The calls of the last action answered with a retryable error (results come in the
+        order of the calls)."""
+        if self._last is None or not self._last.tool_calls:
+            return []
+        return [
+            call
+            for call, r in zip(self._last.tool_calls, observation.tool_results, strict=False)
+            if r.is_error and r.content.startswith(f"Error: {RETRYABLE_MARK}")
+        ]
 
 
 def _random_value(schema: dict[str, Any], r: random.Random) -> Any:

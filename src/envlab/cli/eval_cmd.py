@@ -64,6 +64,22 @@ def open_env(name: str, config: dict[str, Any], sandbox: str | None = None) -> E
     return spec
 
 
+PERTURB_HELP = (
+    "Seeded faults on the tool calls, comma-separated NAME=VALUE: timeout=P[:WAIT_S], "
+    "transient=P[:FAILS], latency=MEAN_S|LOW_S:HIGH_S, rate_limit=N[/WINDOW_STEPS], "
+    "stale=P[:K_WRITES], truncate=P[:FRACTION], malformed=P, inject=P (docs/robustness.md)."
+)
+
+
+def with_perturbations(spec: EnvSpec, text: str | None) -> EnvSpec:
+    """``spec`` with the perturbations of ``--perturb`` (none: ``spec`` itself)."""
+    if text is None:
+        return spec
+    from envlab.envs.perturb import parse_perturbations, perturb
+
+    return perturb(spec, parse_perturbations(text))
+
+
 def open_agent(name: str, config: dict[str, Any]) -> AgentFactory:
     """The ``AgentFactory`` called ``name`` (see ``envlab agents``), or at ``module:attr``."""
     from envlab.agents import load_agent
@@ -156,6 +172,9 @@ def eval_cmd(
         str | None,
         typer.Option("--sandbox", metavar="bwrap|local", help="Sandbox of task folders."),
     ] = None,
+    perturb: Annotated[
+        str | None, typer.Option("--perturb", metavar="NAME=VALUE,...", help=PERTURB_HELP)
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="Hide the progress bar.")
@@ -173,6 +192,7 @@ def eval_cmd(
         raise ConfigError(f"--tasks must be >= 1, got {tasks}")
     overrides = limit_overrides(max_steps, step_timeout, episode_timeout, grade_timeout)
     spec = open_env(env, parse_kv(env_arg or [], "--env-arg"), sandbox)
+    spec = with_perturbations(spec, perturb)
     task_set = spec.tasks(seed=seed, n=tasks, split=split)
     out_dir = out_dir or default_out_dir("", env, agent)
     config = EpisodeConfig(overrides=overrides, max_retries=max_retries)

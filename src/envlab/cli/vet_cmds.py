@@ -32,14 +32,15 @@ async def _vet_one(
     cfg: VetConfig,
     sandbox: str | None,
     progress: bool,
+    perturbations: str | None = None,
 ) -> EnvVet:
-    """Vet one environment with the agent called ``agent_name`` (``none``: no agent), which
-    is closed at the end."""
-    from envlab.cli.eval_cmd import open_agent, open_env
+    """Vet one environment (with ``perturbations``, ``--perturb``'s text, on its tool calls)
+    with the agent called ``agent_name`` (``none``: no agent), which is closed at the end."""
+    from envlab.cli.eval_cmd import open_agent, open_env, with_perturbations
     from envlab.cli.progress import RunProgress, VetProgress
     from envlab.vet.runner import vet_environment
 
-    spec = open_env(env_name, env_config, sandbox)
+    spec = with_perturbations(open_env(env_name, env_config, sandbox), perturbations)
     factory = None
     if agent_name is not None and agent_name.lower() != "none":
         factory = open_agent(agent_name, {})
@@ -74,6 +75,10 @@ def _config(
 
 
 _SANDBOX = typer.Option("--sandbox", metavar="bwrap|local", help="Sandbox of task folders.")
+_PERTURB_HELP = (
+    "Vet the environment with seeded faults on its tool calls (as `envlab eval --perturb`), "
+    "e.g. transient=0.2 (docs/robustness.md)."
+)
 
 
 def vet_cmd(
@@ -107,6 +112,9 @@ def vet_cmd(
         list[str] | None,
         typer.Option("--env-arg", "-e", metavar="KEY=VALUE", help="Environment config (repeat)."),
     ] = None,
+    perturb: Annotated[
+        str | None, typer.Option("--perturb", metavar="NAME=VALUE,...", help=_PERTURB_HELP)
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print vet.json.")] = False,
 ) -> None:
     """Vet ENV: catch leaking, hackable, broken, trivial and dead tasks; write vet.json."""
@@ -116,7 +124,9 @@ def vet_cmd(
     cfg = _config(samples, oracle_runs, group_size, concurrency, tasks)
     env_config = parse_kv(env_arg or [], "--env-arg")
     out_dir = out_dir or default_out_dir("vet", env)
-    report = run_async(_vet_one(env, env_config, agent, out_dir, cfg, sandbox, not as_json))
+    report = run_async(
+        _vet_one(env, env_config, agent, out_dir, cfg, sandbox, not as_json, perturb)
+    )
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
         return

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -26,6 +28,16 @@ class GradingContext:
     final_answer: str | None
     state: dict[str, Any] = field(default_factory=dict)
     tool_log: tuple[dict[str, Any], ...] = ()
+
+
+ToolInterceptor = Callable[["ToolEnv", ToolCall, str], Awaitable[ToolResult]]
+"""``(env, call, call_id) -> result``: set as ``ToolEnv.interceptor`` (by a wrapper, before
+``reset``), it sees every tool call of the episode; it runs the call with
+``env.run_tool(call, call_id)`` or answers it itself with ``env.refuse_call(...)``."""
+
+RETRYABLE_MARK = "[retryable]"
+"""In an error result: the call was not run and may be sent again unchanged (a transient
+failure, a rate limit). Perturbations write it; agents that retry look for it."""
 
 
 def _snapshot(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -52,6 +64,8 @@ class ToolEnv(Environment):
 
     rubric: ClassVar[Rubric]
     _tool_specs: ClassVar[dict[str, ToolSpec]] = {}
+    interceptor: ToolInterceptor | None = None
+    """What every tool call goes through when set (perturbations: ``envlab.envs.perturb``)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -114,7 +128,25 @@ class ToolEnv(Environment):
             Observation(tool_results=results), 0.0, done=self.done, info={"tool_errors": errors}
         )
 
-    async def call_tool(self, call: ToolCall, default_id: str = "") -> ToolResult:
+    def call_tool(self, call: ToolCall, default_id: str = "") -> Awaitable[ToolResult]:
+        """Answer one call: through ``interceptor`` when one is set, else ``run_tool``."""
+        if self.interceptor is not None:
+            return self.interceptor(self, call, call.id or default_id)
+        return self.run_tool(call, default_id)
+
+    def refuse_call(self, call: ToolCall, call_id: str, message: str) -> ToolResult:
+        """Answer ``call`` with the error ``message`` without running the tool, logged as a
+        refused call (with its arguments when they parse)."""
+        entry: dict[str, Any] = {"name": call.name, "error": message}
+        spec = self._tool_specs.get(call.name)
+        if spec is not None:
+            with contextlib.suppress(ToolCallError):  # arguments that do not parse: none
+                entry["arguments"] = _snapshot(spec.parse_arguments(call.arguments))
+        self.tool_log.append(entry)
+        return ToolResult(call_id, call.name, f"Error: {message}", is_error=True)
+
+    async def run_tool(self, call: ToolCall, default_id: str = "") -> ToolResult:
+        """Run the tool ``call`` names, with its arguments checked against the schema."""
         call_id = call.id or default_id
         spec = self._tool_specs.get(call.name)
         sent: dict[str, Any] | None = None
