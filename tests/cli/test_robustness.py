@@ -101,13 +101,27 @@ def test_an_interrupted_measurement_resumes_the_missing_runs(tmp_path: Path) -> 
     assert len(trajectories(out / "timeout")) == 4 and len(trajectories(out / "clean")) == 4
 
 
-def test_calc_oracle_transient_no_drop(tmp_path: Path) -> None:
+def test_calc_oracle_retries_transient_errors_and_loses_to_timeouts(tmp_path: Path) -> None:
     res = robustness(
-        tmp_path / "rb", "calc", "--agent", "oracle", "--perturb", "transient=0.5", "--tasks", "8"
-    )
-    t = by_name(res)["transient"]
+        tmp_path / "rb", "calc", "--agent", "oracle", "--perturb", "transient=0.5,timeout=0.3",
+        "--tasks", "20",
+    )  # fmt: skip
+    t, timeout = by_name(res)["transient"], by_name(res)["timeout"]
     assert t["run"]["faults"] > 0 and t["drop"] == 0 and t["high"] == 0
-    assert "no drop" in t["verdict"]
+    assert t["verdict"].startswith("no drop")
+    # a timed-out call did not run and the oracle does not retry it: a measured drop
+    assert timeout["run"]["faults"] > 0 and timeout["drop"] > 0
+    assert timeout["low"] is not None and timeout["low"] <= timeout["drop"] <= timeout["high"]
+
+
+def test_a_perturbation_the_environment_cannot_take_is_refused_before_running(
+    tmp_path: Path,
+) -> None:
+    """calc keeps no snapshots, so it cannot answer from an earlier state."""
+    r = envlab("robustness", "calc", "--agent", "oracle", "--perturb", "transient=0.3,stale=0.3",
+               "--out", str(tmp_path / "x"))  # fmt: skip
+    assert r.returncode == 2 and "stale" in r.stderr and "snapshot" in r.stderr
+    assert not (tmp_path / "x").exists()
 
 
 def test_safety_gate_trips_counted_by_gate(tmp_path: Path) -> None:

@@ -31,9 +31,17 @@ if TYPE_CHECKING:
 
 CLEAN = "clean"
 _OWN_NOTES = ("forced:", "A (", "B (")
-"""Notes of ``compare_runs`` said once for the whole measurement (the agent read hidden
-answers) or not true here (the environments differ by the perturbation alone)."""
+"""``compare_runs``' notes said once here (hidden answers read) or untrue (forced)."""
 EXCLUDED = ("infra_error", "env_error")
+
+
+def parse_each(text: str) -> list[Perturbation]:
+    """The comma-separated perturbations of ``text``, each parsed alone: each is run alone, so
+    one may appear at several levels (``stale=0.1,stale=0.5``)."""
+    from envlab.envs.perturb import parse_perturbations
+
+    items = [x for x in text.split(",") if x.strip()]
+    return [p for x in items for p in parse_perturbations(x)] or parse_perturbations(text)
 
 
 def run_names(perturbations: list[Perturbation]) -> list[str]:
@@ -59,10 +67,14 @@ def check_out_dir(out_dir: Path, names: list[str], resume: bool) -> None:
 
     if resume:
         return
-    held = [n for n in (CLEAN, *names) if (out_dir / n / RUN_FILE).exists()]
-    held += [n for n in (CLEAN, *names) if (out_dir / n / TRAJECTORIES_FILE).exists()]
+    held = [
+        n
+        for n in (CLEAN, *names)
+        for f in (RUN_FILE, TRAJECTORIES_FILE)
+        if (out_dir / n / f).exists()
+    ]
     if held or (out_dir / ROBUSTNESS_FILE).exists():
-        what = ", ".join(sorted(set(held))) or ROBUSTNESS_FILE
+        what = ", ".join(dict.fromkeys(held)) or ROBUSTNESS_FILE
         raise ConfigError(
             f"{out_dir} already holds a robustness measurement ({what}). Pass --resume to finish "
             "it (same environment, agent, seed, tasks and samples), or choose another --out."
@@ -116,7 +128,7 @@ def paired_drop(
     """The drop ``clean - perturbed`` over the tasks both runs scored (``compare_runs``)."""
     from envlab.core import ConfigError
     from envlab.measure.compare import compare_runs
-    from envlab.report.robustness import PerturbationResult
+    from envlab.report.robustness import PerturbationResult, drop_verdict
 
     result = PerturbationResult(name=name, perturbation=p.describe(), run=side)
     if side.n_episodes and not side.faults:
@@ -140,42 +152,6 @@ def paired_drop(
     result.notes += [n for n in dict.fromkeys(cmp.notes) if not n.startswith(_OWN_NOTES)]
     result.verdict = drop_verdict(result, confidence, identical=d.sd_diff == 0)
     return result
-
-
-def _pts(x: float | None, r: PerturbationResult) -> str:
-    if x is None:
-        return "-"
-    v = x * r.scale + 0.0  # no "-0.0"
-    return f"{v:.1f}" if r.unit == "points" else f"{v:.3g}"
-
-
-def _p(p: float) -> str:
-    return f"{p:.1e}" if p < 1e-4 else f"{p:.3f}" if p < 0.1 else f"{p:.2f}"
-
-
-def drop_verdict(r: PerturbationResult, confidence: float, *, identical: bool = False) -> str:
-    """One sentence: the drop with its interval, and whether the test tells it from none."""
-    unit = f" {r.unit}" if r.unit else ""
-    if r.drop is None:
-        return r.verdict
-    if r.low is None or r.high is None or r.p_value is None:
-        return (
-            f"one shared task: drop {_pts(r.drop, r)}{unit}; one task cannot estimate "
-            "uncertainty, measure on more tasks (--tasks)"
-        )
-    drop = (
-        f"drop {_pts(r.drop, r)}{unit} ({confidence:.0%} CI {_pts(r.low, r)} to {_pts(r.high, r)})"
-    )
-    how = f"p = {_p(r.p_value)}, {r.test}, {r.n_shared} tasks"
-    if r.significant and r.drop > 0:
-        return f"{r.perturbation} lowers the reward: {drop}, {how}"
-    if r.significant and r.drop < 0:
-        return f"{r.perturbation} raises the reward: {drop}, {how}"
-    if identical:
-        return f"no drop: clean and perturbed scored the same on all {r.n_shared} tasks"
-    if r.low > 0 or r.high < 0:
-        return f"{drop}, but {r.test} does not tell it from none ({how}); measure on more tasks"
-    return f"no detectable drop: {drop}, {how}"
 
 
 async def measure_robustness(
@@ -254,6 +230,7 @@ def print_robustness(r: Robustness, out_dir: Path) -> None:
     from rich.table import Table
 
     from envlab.cli.console import out
+    from envlab.report.robustness import in_units, p_text
 
     unit = r.perturbations[0].unit if r.perturbations else ""
     table = Table(
@@ -261,15 +238,17 @@ def print_robustness(r: Robustness, out_dir: Path) -> None:
         caption=f"drop = clean - perturbed{f' in {unit}' if unit else ''}, paired by task, "
         f"{r.confidence:.0%} CI; faults (episodes with one); gates: episodes a gate zeroed",
     )
-    for col in ("run", "faults", "mean", "drop", "CI", "p", "gates", "excluded"):
-        table.add_column(col, justify="left" if col in ("run", "gates") else "right")
+    longest = max([len(CLEAN), *(len(p.perturbation) for p in r.perturbations)])
+    table.add_column("run", no_wrap=True, min_width=longest)
+    for col in ("faults", "mean", "drop", "CI", "p", "gates", "excluded"):
+        table.add_column(col, justify="left" if col == "gates" else "right")
     c = r.clean
     table.add_row(CLEAN, str(c.faults), _mean(c), "", "", "", _gates(c.gates), _excl(c))
     for p in r.perturbations:
-        ci = "-" if p.low is None else f"{_pts(p.low, p)} to {_pts(p.high, p)}"
-        pv = "-" if p.p_value is None else _p(p.p_value)
+        ci = "-" if p.low is None else f"{in_units(p.low, p)} to {in_units(p.high, p)}"
+        pv = "-" if p.p_value is None else p_text(p.p_value)
         table.add_row(escape(p.perturbation), f"{p.run.faults} ({p.run.episodes_with_faults})",
-                      _mean(p.run), _pts(p.drop, p), ci, pv, _gates(p.run.gates),
+                      _mean(p.run), in_units(p.drop, p), ci, pv, _gates(p.run.gates),
                       _excl(p.run))  # fmt: skip
     console = out()
     console.print(table)
@@ -355,14 +334,13 @@ def robustness_cmd(
     from envlab.cli.eval_cmd import limit_overrides, open_agent, open_env, parse_kv
     from envlab.cli.run_dirs import default_out_dir
     from envlab.core.errors import ConfigError
-    from envlab.envs.perturb import parse_perturbations
     from envlab.rollout import EpisodeConfig
 
     if tasks is not None and tasks < 1:
         raise ConfigError(f"--tasks must be >= 1, got {tasks}")
     if not 0 < confidence < 1:
         raise ConfigError(f"--confidence must lie in (0, 1), got {confidence}")
-    perturbations = parse_perturbations(perturb_text)
+    perturbations = parse_each(perturb_text)
     spec = open_env(env, parse_kv(env_arg or [], "--env-arg"))
     task_set = spec.tasks(seed=seed, n=tasks, split=split)
     out_dir = out_dir or default_out_dir("robustness", env, agent)

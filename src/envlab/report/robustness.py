@@ -188,6 +188,42 @@ def _overview_chart(plt, result: Robustness, path: Path) -> None:  # type: ignor
     plt.close(fig)
 
 
+def in_units(x: float | None, r: PerturbationResult) -> str:
+    """A drop (or its bound) as shown: in points when rewards lie in [0, 1]."""
+    if x is None:
+        return "-"
+    v = x * r.scale + 0.0  # no "-0.0"
+    return f"{v:.1f}" if r.unit == "points" else f"{v:.3g}"
+
+
+def p_text(p: float) -> str:
+    return f"{p:.1e}" if p < 1e-4 else f"{p:.3f}" if p < 0.1 else f"{p:.2f}"
+
+
+def drop_verdict(r: PerturbationResult, confidence: float, *, identical: bool = False) -> str:
+    """One sentence: the drop with its interval, and whether the test tells it from none."""
+    unit = f" {r.unit}" if r.unit else ""
+    if r.drop is None:
+        return r.verdict
+    if r.low is None or r.high is None or r.p_value is None:
+        return (
+            f"one shared task: drop {in_units(r.drop, r)}{unit}; one task cannot estimate "
+            "uncertainty, measure on more tasks (--tasks)"
+        )
+    ci = f"{confidence:.0%} CI {in_units(r.low, r)} to {in_units(r.high, r)}"
+    drop = f"drop {in_units(r.drop, r)}{unit} ({ci})"
+    how = f"p = {p_text(r.p_value)}, {r.test}, {r.n_shared} tasks"
+    if r.significant and r.drop > 0:
+        return f"{r.perturbation} lowers the reward: {drop}, {how}"
+    if r.significant and r.drop < 0:
+        return f"{r.perturbation} raises the reward: {drop}, {how}"
+    if identical:
+        return f"no drop: clean and perturbed scored the same on all {r.n_shared} tasks"
+    if r.low > 0 or r.high < 0:
+        return f"{drop}, but the test does not tell it from none ({how}); measure on more tasks"
+    return f"no detectable drop: {drop}, {how}"
+
+
 # --- the section --------------------------------------------------------------------------
 
 
@@ -195,15 +231,15 @@ def _esc(x: object) -> str:
     return html.escape(str(x))
 
 
-def _num(x: float | None, scale: float = 1.0) -> str:
-    return "-" if x is None else f"{x * scale:.1f}" if scale == 100.0 else f"{x * scale:.3g}"
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 def _drop_text(p: PerturbationResult) -> str:
     if p.drop is None:
         return "no paired drop"
-    ci = "" if p.low is None else f" (CI {_num(p.low, p.scale)} to {_num(p.high, p.scale)})"
-    return f"drop {_num(p.drop, p.scale)} {p.unit}{ci}".replace("  ", " ")
+    ci = "" if p.low is None else f" (CI {in_units(p.low, p)} to {in_units(p.high, p)})"
+    return f"drop {in_units(p.drop, p)} {p.unit}".rstrip() + ci
 
 
 def _counts(c: dict[str, int]) -> str:
@@ -232,13 +268,13 @@ def _table(r: Robustness) -> str:
     )
     rows = [head]
     for p in r.perturbations:
-        ci = "" if p.low is None else f" ({_num(p.low, p.scale)} to {_num(p.high, p.scale)})"
+        ci = "" if p.low is None else f" ({in_units(p.low, p)} to {in_units(p.high, p)})"
         rows.append(
             f"<tr><td>{_esc(p.perturbation)}</td>"
             f"<td>{p.run.faults} ({p.run.episodes_with_faults})</td>"
             f"<td>{_num(r.clean.mean)}</td><td>{_num(p.run.mean)}</td>"
-            f"<td>{_num(p.drop, p.scale)} {_esc(p.unit)}{ci}</td>"
-            f"<td>{'-' if p.p_value is None else f'{p.p_value:.3g}'}</td><td>{p.n_shared}</td>"
+            f"<td>{in_units(p.drop, p)} {_esc(p.unit)}{ci}</td>"
+            f"<td>{'-' if p.p_value is None else p_text(p.p_value)}</td><td>{p.n_shared}</td>"
             f"<td>{_gate_cell(r.clean.gates, p.run.gates)}</td>"
             f"<td>{_esc(_counts(r.clean.excluded))} / {_esc(_counts(p.run.excluded))}</td></tr>"
         )
