@@ -133,7 +133,7 @@ _NAMES = re.compile(
     + "|".join(f"(?P<{o}>{''.join(_SPELLED.get(c, c) for c in f)})" for o, f in _FORMS.items())
     + f")(?![{_W}])"
 )
-_DISGUISE = re.compile(  # a word that mixes a-z with another script, or has two suspect letters
+_DISGUISE = re.compile(  # a word mixing a-z and another script, or a suspect and another letter
     f"[a-z][0-9{_SUSPECT}]*+{_FOREIGN}|{_FOREIGN}[0-9{_SUSPECT}]*+[a-z]"
     f"|{_SUSPECT}[0-9]*+[a-z{_SUSPECT}{_FOREIGN}]|[a-z{_FOREIGN}][0-9]*+{_SUSPECT}"
 )
@@ -198,12 +198,12 @@ def chosen_option(text: str | None) -> str | None:
     Also ``None`` when the answer may show a reader an option the parser cannot read (a
     homoglyph attack): a word that mixes a-z with a letter of any other script (``pаge`` with
     a Cyrillic ``а``), a word with two letters that may pass for Latin ones (``сӏоѕе``,
-    ``ᴘᴀɢᴇ``, ``🅿🅰🅶🅴``), bidi controls that reorder the text, or more than
-    ``_MAX_DISTINCT`` distinct non-ASCII characters. The gate cannot tell which options such an
-    answer shows, so it counts as naming no single one and scores 0: conservative, at the price
-    of an honest answer that writes a word in Greek or Cyrillic. Single letters (``Δ``) and
-    scripts with nothing shaped like a-z, apart from a-z words (``答案: queue_team``), are
-    read as any prose."""
+    ``ᴘᴀɢᴇ``, ``🅿🅰🅶🅴``), bidi controls that reorder the text, or an answer past the
+    reading's bounds (``_MAX_DISTINCT``, ``_MAX_GROWTH``). The gate cannot tell which options
+    such an answer shows, so it counts as naming no single one and scores 0: conservative, at
+    the price of an honest answer that writes a word in Greek or Cyrillic. Single letters
+    (``Δ``) and scripts with nothing shaped like a-z, apart from a-z words (``答案: queue_team``),
+    are read as any prose."""
     reading = _read(text or "")
     if reading.disguised or len(reading.options) != 1:
         return None
