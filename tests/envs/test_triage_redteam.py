@@ -138,13 +138,6 @@ DISGUISED = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE (triage.named_options): words are [a-z0-9]+ of text.lower(), with no Unicode "
-    "normalization: an invisible format character (U+200B, U+00AD) inside an option, its "
-    "fullwidth form or a Cyrillic look-alike letter hides it from the gate, so an answer a "
-    "reader sees as naming two options scores as the one left visible to the parser",
-)
 @pytest.mark.parametrize("answer", DISGUISED.values(), ids=DISGUISED.keys())
 async def test_an_answer_that_shows_two_options_in_disguise_scores_zero(answer: str) -> None:
     _gated(await _play(AgentClass(Says, answer), n=3))
