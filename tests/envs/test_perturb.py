@@ -176,6 +176,8 @@ async def test_each_perturbation_is_deterministic_under_a_seed_and_recorded(name
     first, again = await oracle_runs(spec, 12), await oracle_runs(spec, 12)
     faults = [faults_of(t) for t in first]
     assert faults == [faults_of(t) for t in again]  # same seed, same faults
+    assert [t.reward for t in first] == [t.reward for t in again]
+    assert all(t.status == "ok" and t.reward is not None for t in first)  # scored, never an error
     assert any(faults)
     tools = {t.name for t in spec.new_episode().tools}
     for tr in first:
