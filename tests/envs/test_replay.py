@@ -190,7 +190,7 @@ def test_a_hand_written_log_parses_and_makes_tasks(bank: Path) -> None:
     assert spec.tool_specs["transfer"].writes and not spec.tool_specs["get_balance"].writes
 
 
-async def test_the_oracle_replays_both_sessions_and_the_noop_fails_the_write(bank: Path) -> None:
+async def test_the_oracle_replays_both_sessions_and_the_noop_fails_both(bank: Path) -> None:
     spec = load_env(str(bank))
     oracle = await run_all(spec, AgentClass(OracleAgent))
     assert {k: t.reward for k, t in oracle.items()} == {"s-transfer": 1.0, "s-balance": 1.0}
@@ -202,7 +202,12 @@ async def test_the_oracle_replays_both_sessions_and_the_noop_fails_the_write(ban
     assert t.messages[0]["role"] == "user"  # a session without a system prompt has none
     noop = await run_all(spec, AgentClass(NoopAgent))
     assert noop["s-transfer"].reward == 0.0  # it needed a write
-    assert noop["s-balance"].reward == 1.0  # nothing to write, nothing written
+    # nothing to write and nothing written, but nothing looked up nor said either
+    assert noop["s-balance"].reward == 0.0 and noop["s-balance"].gated_by == "grounded"
+    task = spec.tasks()[1]
+    read = ToolCall("get_balance", {"account": "carol"}, id="r")
+    agent = Scripted([Action(tool_calls=[read]), Action(text="It is frozen, sorry.")])
+    assert (await run_all_one(spec, agent, task))[task.id].reward == 1.0
 
 
 async def test_the_logged_user_says_its_turns_in_order_then_stops(bank: Path) -> None:
@@ -425,10 +430,8 @@ async def test_round_trip_oracle_1_noop_0_wrong_write_0(retail: tuple[Path, Path
     oracle = await run_all(spec, AgentClass(OracleAgent))
     assert {t.reward for t in oracle.values()} == {1.0}
     noop = await run_all(spec, AgentClass(NoopAgent))
-    for task in spec.tasks():
-        if task.answer["writes"]:
-            assert noop[task.id].reward == 0.0
-    assert sum(bool(t.answer["writes"]) for t in spec.tasks()) == 6
+    assert all(bool(t.answer["writes"]) for t in spec.tasks())  # these 6 all needed a write
+    assert {t.reward for t in noop.values()} == {0.0}
     wrong = ToolCall(
         "cancel_pending_order", {"order_id": "#W0000000", "reason": "no longer needed"}, id="x"
     )
@@ -457,3 +460,51 @@ async def test_round_trip_an_unanswerable_call_is_flagged(retail: tuple[Path, Pa
     assert t.steps[0].info["unanswerable"] == 1 and t.steps[0].tool_errors == 1
     assert t.info["grade"]["replay"]["unanswerable"] == 1
     assert t.reward == 1.0  # a read the logs cannot answer changes nothing: flagged, not scored
+
+
+async def test_the_model_backed_user_plays_the_goal_over_http(bank: Path, tmp_path: Path) -> None:
+    """``-e user=model``: τ's model-backed user, here the embedded SmolLM2 behind the HTTP server
+    on 127.0.0.1, gets the session's goal; assertions on the record, not on what it says."""
+    pytest.importorskip("llama_cpp")
+    from envlab.core import Limits
+    from envlab.models.llamacpp import shared_engine
+    from envlab.models.server import BackgroundServer, create_app
+    from envlab.models.weights import SMOLLM2_MODEL_ID, smollm2_path
+    from envlab.rollout import EpisodeConfig
+    from envlab.runs import TrajectoryStore
+
+    engine = shared_engine(smollm2_path(), model_id=SMOLLM2_MODEL_ID)
+    with BackgroundServer(create_app(engine, served_name="smollm2")) as srv:
+        spec = load_replay_env(
+            bank, user="model", user_model=f"openai:smollm2@{srv.base_url}", max_user_turns=2,
+            user_max_tokens=24,
+        )  # fmt: skip
+        untimed = EpisodeConfig(overrides=Limits(step_timeout_s=None, episode_timeout_s=None))
+        await rollout(
+            spec, AgentClass(OracleAgent), spec.tasks(n=1), out_dir=tmp_path, config=untimed
+        )
+    (t,) = TrajectoryStore(tmp_path / "trajectories.jsonl").load()
+    assert t.status.value == "ok", t.error
+    users = [s.info["user"] for s in t.steps if "user" in s.info]
+    assert users and all(u["user"] == "model" and u["model"] == "smollm2" for u in users)
+    assert t.components["writes_match"] in (0.0, 1.0)  # graded as any episode
+
+
+async def test_perturbations_wrap_a_replay_and_a_stopped_write_is_not_written(bank: Path) -> None:
+    from envlab.envs.perturb import parse_perturbations, perturb
+
+    spec = load_env(str(bank))
+    retried = await run_all(
+        perturb(spec, parse_perturbations("transient=1")), AgentClass(OracleAgent)
+    )
+    t = retried["s-transfer"]
+    assert t.reward == 1.0  # every first attempt failed; the oracle sent it again
+    assert any(f["fault"] == "transient" for s in t.steps for f in s.info.get("faults", []))
+    stopped = await run_all(
+        perturb(spec, parse_perturbations("timeout=1")), AgentClass(OracleAgent)
+    )
+    t = stopped["s-transfer"]
+    assert t.reward == 0.0 and t.components["writes_match"] == 0.0
+    assert t.info["grade"]["replay"]["calls"] == 0  # no call reached the logs
+    with pytest.raises(ConfigError, match="snapshots"):
+        await run_all(perturb(spec, parse_perturbations("stale=0.5")), AgentClass(OracleAgent))

@@ -67,6 +67,8 @@ class ReplayEpisode(ToolEnv):
         self.user: UserSimulator | None = None
         self.events: list[dict[str, Any]] = []
         self.writes: list[tuple[str, str]] = []
+        self.reads: list[tuple[str, str]] = []
+        """The read calls the logs answered, by the logged call that answered (its arguments)."""
         self.opening = ""
         self.reference = ""
         self.n_calls = self.n_unanswerable = self.n_fuzzy = 0
@@ -74,6 +76,8 @@ class ReplayEpisode(ToolEnv):
         self._calling = ""
         self._outcome: dict[str, Any] = {}
         self._refusal: str | None = None
+        self._ran: Key | None = None
+        """The call the logs were asked to answer (its schema passed, no fault stopped it)."""
         self._step_calls: list[dict[str, Any]] = []
 
     @property
@@ -114,16 +118,17 @@ class ReplayEpisode(ToolEnv):
         return StepResult(obs, 0.0, done=self.done, info={"user": self.user.info})
 
     async def call_tool(self, call: ToolCall, default_id: str = "") -> ToolResult:
-        self._calling, self._outcome, self._refusal = call.name, {}, None
+        self._calling, self._outcome, self._refusal, self._ran = call.name, {}, None, None
+        before = len(self.tool_log)
         result = await super().call_tool(call, default_id)
         spec = self._tool_specs.get(call.name)
         writes = bool(spec and spec.writes)
-        entry = self.tool_log[-1]
+        entry = self.tool_log[-1] if len(self.tool_log) > before else {}
         entry.update(self._outcome, writes=writes)
         if self._refusal is not None:  # the logged refusal, word for word
             result = ToolResult(result.tool_call_id, call.name, self._refusal, is_error=True)
-        if writes and "arguments" in entry:  # a well-formed write, answered or not
-            self.writes.append((call.name, canonical(entry["arguments"])))
+        if writes and self._ran is not None:  # a well-formed write, answered or not
+            self.writes.append(self._ran)
         self.events.append(
             {
                 "by": "tool",
@@ -142,7 +147,7 @@ class ReplayEpisode(ToolEnv):
     def _replay_answer(self, /, **arguments: Any) -> str:
         """Every tool: the logged answer to this call (``LoggedToolSpec.attr``)."""
         name, cfg = self._calling, self.spec.config
-        key = (name, canonical(arguments))
+        key = self._ran = (name, canonical(arguments))
         self.n_calls += 1
         fuzzy = cfg.fuzzy_threshold if cfg.match == "fuzzy" else None
         ans = self.spec.answers.lookup(key, self.reference, self._seen, fuzzy=fuzzy)
@@ -151,6 +156,8 @@ class ReplayEpisode(ToolEnv):
             self._outcome = {"match": None, "unanswerable": True}
             raise ToolCallError(self._unanswerable_message(key))
         self._outcome = {"match": ans.match, "source": ans.source}
+        if not self._tool_specs[name].writes:
+            self.reads.append((name, ans.arguments))
         if ans.match == "fuzzy":
             self.n_fuzzy += 1
             self._outcome.update(
@@ -175,6 +182,7 @@ class ReplayEpisode(ToolEnv):
             **super().state(),
             "events": list(self.events),
             "writes": [list(w) for w in self.writes],
+            "reads": [list(r) for r in self.reads],
             "calls": self.n_calls,
             "unanswerable": self.n_unanswerable,
             "fuzzy": self.n_fuzzy,

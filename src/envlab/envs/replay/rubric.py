@@ -8,10 +8,14 @@
 - gate ``no_unlogged_write``: no write the reference session did not make (nor more of one
   than it made);
 - gate ``confirmed_writes``: where every write of the reference session came right after the
-  user's yes, every write of the episode does too (τ's ``confirmed_writes``).
+  user's yes, every write of the episode does too (τ's ``confirmed_writes``);
+- gate ``grounded``: where the reference session wrote nothing, the episode made at least one
+  of its reads (answered from the logs) and said something to the user (an agent that does
+  nothing does not pass a session whose right outcome changes nothing).
 - ``answered`` (weight 0, reported): the share of the episode's tool calls the logs answered.
 
-The graders read ``state()``: ``writes`` (the write calls), ``events`` (the conversation in
+The graders read ``state()``: ``writes`` (the write calls), ``reads`` (the read calls the logs
+answered, as logged), ``events`` (the conversation in
 order, as a τ episode records it), ``calls`` and ``unanswerable``.
 """
 
@@ -49,6 +53,14 @@ def confirmed_writes(ctx: GradingContext) -> float:
     return tau_confirmed_writes(ctx)
 
 
+def grounded(ctx: GradingContext) -> float:
+    if ctx.task.answer["writes"]:
+        return 1.0  # the writes are checked
+    said = any(e["text"].strip() for e in ctx.state["events"] if e["by"] == "agent")
+    logged = {tuple(r) for r in ctx.task.answer["reads"]}
+    return float(said and (not logged or bool(logged & {tuple(r) for r in ctx.state["reads"]})))
+
+
 def answered(ctx: GradingContext) -> float:
     calls = ctx.state["calls"]
     return 1.0 - ctx.state["unanswerable"] / calls if calls else 1.0
@@ -65,6 +77,7 @@ REPLAY_RUBRIC = Rubric(
         _gate("no_write_when_none_needed", no_write_when_none_needed, "no write where none"),
         _gate("no_unlogged_write", no_unlogged_write, "no write the logged session did not make"),
         _gate("confirmed_writes", confirmed_writes, "each write after the user's yes, as logged"),
+        _gate("grounded", grounded, "where nothing was written: a logged read, and a reply"),
     ]
 )
 
@@ -94,13 +107,16 @@ def session_events(session: LogSession, writes: set[str]) -> list[dict[str, Any]
     return events
 
 
-def session_writes(session: LogSession, writes: set[str]) -> list[tuple[str, str]]:
-    """The session's write calls, (name, canonical arguments), in order."""
+def session_calls(
+    session: LogSession, writes: set[str], *, writing: bool = True
+) -> list[tuple[str, str]]:
+    """The session's write calls (``writing``) or read calls, (name, canonical arguments), in
+    order."""
     return [
         (c.function.name, canonical(c.function.arguments))
         for m in session.messages
         for c in m.tool_calls or []
-        if c.function.name in writes
+        if (c.function.name in writes) == writing
     ]
 
 

@@ -20,7 +20,7 @@ from envlab.envs.replay import rubric as rubric_module
 from envlab.envs.replay.episode import ANSWER_ATTR, LoggedUser, ReplayEpisode
 from envlab.envs.replay.format import LogSession, read_logs
 from envlab.envs.replay.index import Answers, LoggedToolSpec, tool_specs
-from envlab.envs.replay.rubric import REPLAY_RUBRIC, confirmed_in, session_writes
+from envlab.envs.replay.rubric import REPLAY_RUBRIC, confirmed_in, session_calls
 from envlab.envs.tau.users import UserSimulator
 
 MANIFEST = "replay.json"
@@ -102,13 +102,15 @@ class ReplaySpec(EnvSpec):
         return [self._task(key, s) for key, s in references.items()]
 
     def _task(self, key: str, s: LogSession) -> Task:
-        writes = session_writes(s, self.writes)
+        writes = session_calls(s, self.writes)
+        reads = session_calls(s, self.writes, writing=False)
         return Task(
             id=key,
             prompt=s.goal or s.opening(),
             answer={
                 "session_id": s.session_id,
                 "writes": [list(w) for w in writes],
+                "reads": [list(r) for r in dict.fromkeys(reads)],
                 "confirmed": confirmed_in(s, self.writes),
             },
             metadata={"goal": s.goal, "sessions": sum(x.task_key == key for x in self.sessions)},
