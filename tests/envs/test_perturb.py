@@ -25,6 +25,7 @@ from envlab.core import (
     ToolEnv,
     Trajectory,
 )
+from envlab.envs import load_env
 from envlab.envs.calc import CalcEnv
 from envlab.envs.perturb import (
     PERTURBATIONS,
@@ -34,6 +35,8 @@ from envlab.envs.perturb import (
     perturb,
 )
 from tests.conftest import subprocess_env
+from tests.envs.taskfolder.conftest import EXAMPLES
+from tests.sandbox.conftest import requires_bwrap
 from tests.support.play import hash_in_subprocess, play
 
 KEYS = {"fault", "step", "tool", "call_id"}
@@ -302,6 +305,17 @@ def test_a_clean_tool_env_has_no_interceptor() -> None:
     env = CalcEnv().new_episode()
     assert isinstance(env, ToolEnv) and env.interceptor is None
     assert type(env).interceptor is None  # a class default, not set per instance
+
+
+@requires_bwrap
+@pytest.mark.filterwarnings("ignore:.*FROM.*is not met:RuntimeWarning")
+async def test_a_task_folder_is_perturbed_and_refuses_stale_reads() -> None:
+    spec = load_env(str(EXAMPLES / "csv-aggregate"))
+    with pytest.raises(ConfigError, match="TerminalEpisode must implement snapshot"):
+        perturb(spec, "stale=0.5")
+    tr = await play(perturb(spec, "transient=1"), OracleAgent())
+    assert tr.reward == 1.0  # the oracle retried its submit
+    assert [f["tool"] for f in faults_of(tr)] == ["submit"]  # its privileged tool is not a tool
 
 
 # --- the command line ----------------------------------------------------------------------
