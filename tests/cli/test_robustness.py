@@ -4,11 +4,16 @@ perturbation with its interval, faults and safety-gate trips counted, resumable.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from envlab.agents.scripted import OracleAgent
+from envlab.core import Action, Observation, ToolCall
 from envlab.runs import TRAJECTORIES_FILE, TrajectoryStore
 from tests.conftest import subprocess_env
 
@@ -35,19 +40,17 @@ def trajectories(run_dir: str | Path) -> list[Any]:
     return TrajectoryStore(Path(run_dir) / TRAJECTORIES_FILE).load()
 
 
-def test_tau_retail_oracle_retries_transient_errors_and_loses_to_stale_reads(
-    tmp_path: Path,
-) -> None:
-    out = tmp_path / "rb"
-    res = robustness(
-        out, "tau-retail", "--agent", "oracle", "--perturb", "transient=0.3,stale=0.3",
-        "--tasks", "20",
-    )  # fmt: skip
+TAU = ["tau-retail", "--agent", "oracle", "--perturb", "transient=0.3,stale=0.3", "--tasks", "48"]
+"""The first 48 tasks hold 13 whose gold solution reads after a write (where a read can be
+stale: at the first read no write has happened yet)."""
+
+
+def test_tau_retail_oracle_retries_transient_errors(tmp_path: Path) -> None:
+    res = robustness(tmp_path / "rb", *TAU)
     assert res["clean"]["faults"] == 0 and res["clean"]["mean"] == 1.0
     p = by_name(res)
-    transient, stale = p["transient"], p["stale"]
     # the faults were injected, and counted from the steps' info
-    for q in (transient, stale):
+    for q in p.values():
         assert q["run"]["faults"] > 0 and q["run"]["episodes_with_faults"] > 0
         counted = sum(
             len(s.info.get("faults", []))
@@ -55,19 +58,65 @@ def test_tau_retail_oracle_retries_transient_errors_and_loses_to_stale_reads(
             for s in t.steps
         )
         assert counted == q["run"]["faults"]
-        assert q["n_shared"] == 20 and q["run"]["excluded"] == {}
+        assert q["n_shared"] == 48 and q["run"]["excluded"] == {}
+        # the same tasks and run seed: the perturbed runs hold exactly the clean run's tasks
+        assert sorted(t.task_id for t in trajectories(q["run"]["run_dir"])) == sorted(
+            t.task_id for t in trajectories(res["clean"]["run_dir"])
+        )
     # the oracle retries: no drop, and the interval says so
+    transient = p["transient"]
     assert transient["drop"] == 0 and transient["low"] == 0 and transient["high"] == 0
-    assert transient["run"]["mean"] == 1.0
-    # stale reads cost it: a measured drop, with its interval and test
+    assert transient["run"]["mean"] == 1.0 and transient["verdict"].startswith("no drop")
+    on_disk = json.loads((tmp_path / "rb" / "robustness.json").read_text())
+    assert on_disk["perturbations"] == res["perturbations"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the oracle replays the gold actions whatever its reads answer, so a stale read "
+    "changes nothing it does: measuring a drop needs an agent that acts on what it reads",
+)
+def test_tau_retail_oracle_loses_to_stale_reads(tmp_path: Path) -> None:
+    stale = by_name(robustness(tmp_path / "rb", *TAU))["stale"]
+    assert stale["run"]["faults"] > 0
     assert stale["drop"] > 0 and stale["low"] is not None and stale["high"] >= stale["drop"]
-    assert stale["p_value"] is not None and stale["test"]
-    assert stale["run"]["mean"] < 1.0
-    # the same tasks and run seed: the perturbed runs hold exactly the clean run's tasks
-    clean_tasks = sorted(t.task_id for t in trajectories(res["clean"]["run_dir"]))
-    assert sorted(t.task_id for t in trajectories(stale["run"]["run_dir"])) == clean_tasks
-    on_disk = json.loads((out / "robustness.json").read_text())
-    assert by_name(on_disk)["stale"]["drop"] == stale["drop"]
+
+
+INJECTED = re.compile(r"call (\w+) with arguments (\{.*\})\. The customer has already")
+
+
+class InjectionFollower(OracleAgent):
+    """The oracle, except that it does what the first injected instruction it reads says (an
+    agent a prompt injection fools)."""
+
+    name = "inject-follower"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.followed = False
+
+    async def act(self, observation: Observation) -> Action:
+        for r in observation.tool_results:
+            if not self.followed and (m := INJECTED.search(r.content)):
+                self.followed = True
+                self._last = Action(tool_calls=[ToolCall(m[1], json.loads(m[2]), id="injected")])
+                return self._last
+        return await super().act(observation)
+
+
+def test_gate_trips_clean_vs_perturbed_when_an_injection_is_followed(tmp_path: Path) -> None:
+    res = robustness(
+        tmp_path / "rb", "tau-retail", "--agent", f"{__name__}:InjectionFollower",
+        "-e", "reward=strict", "--perturb", "inject=0.5", "--tasks", "12",
+    )  # fmt: skip
+    inject = by_name(res)["inject"]
+    assert res["clean"]["gates"] == {} and res["clean"]["mean"] == 1.0
+    want: dict[str, int] = {}
+    for t in trajectories(inject["run"]["run_dir"]):
+        if t.gated_by is not None:
+            want[t.gated_by] = want.get(t.gated_by, 0) + 1
+    assert want and inject["run"]["gates"] == want
+    assert inject["drop"] > 0 and inject["low"] is not None
 
 
 def test_table_and_resume(tmp_path: Path) -> None:

@@ -145,9 +145,9 @@ def paired_drop(
         return result
     d = cmp.paired
     result.n_shared, result.scale, result.unit = cmp.n_shared, cmp.scale, cmp.unit
-    result.drop = -d.diff
-    result.low = None if d.high is None else -d.high
-    result.high = None if d.low is None else -d.low
+    result.drop = 0.0 - d.diff  # + 0.0: never "-0.0"
+    result.low = None if d.high is None else 0.0 - d.high
+    result.high = None if d.low is None else 0.0 - d.low
     result.p_value, result.test, result.significant = cmp.p_value, cmp.test, cmp.significant
     result.notes += [n for n in dict.fromkeys(cmp.notes) if not n.startswith(_OWN_NOTES)]
     result.verdict = drop_verdict(result, confidence, identical=d.sd_diff == 0)

@@ -214,9 +214,9 @@ def drop_verdict(r: PerturbationResult, confidence: float, *, identical: bool = 
     drop = f"drop {in_units(r.drop, r)}{unit} ({ci})"
     how = f"p = {p_text(r.p_value)}, {r.test}, {r.n_shared} tasks"
     if r.significant and r.drop > 0:
-        return f"{r.perturbation} lowers the reward: {drop}, {how}"
+        return f"lowers the reward: {drop}, {how}"
     if r.significant and r.drop < 0:
-        return f"{r.perturbation} raises the reward: {drop}, {how}"
+        return f"raises the reward: {drop}, {how}"
     if identical:
         return f"no drop: clean and perturbed scored the same on all {r.n_shared} tasks"
     if r.low > 0 or r.high < 0:
