@@ -353,6 +353,7 @@ BAD_LINES = [
     (json.dumps({**TRANSFER, "extra": 1}), "line 2: field extra: Extra inputs are not permitted"),
     (json.dumps(BALANCE), "line 2: field session_id: 's-balance' is already the id of line 1"),
     ("[1, 2]", "line 2: a session is a JSON object, got list"),
+    ('{"session_id": ' + "[" * 100_000, "line 2: the JSON is nested too deeply to read"),
 ]
 
 
@@ -384,6 +385,11 @@ def test_the_hash_names_the_logs_and_the_config_and_edited_logs_are_refused(bank
     assert h != load_replay_env(bank, match="fuzzy").content_hash()
     other = ReplaySpec(read_logs(bank / "logs.jsonl")[:1], digest="other")
     assert other.content_hash() != h
+    from tests.support.play import hash_in_subprocess
+
+    for seed in (0, 1):
+        imports = "from envlab.envs.replay import load_replay_env"
+        assert hash_in_subprocess(imports, f"load_replay_env({str(bank)!r})", hash_seed=seed) == h
     with (bank / "logs.jsonl").open("a") as f:
         f.write("\n")
     with pytest.raises(ConfigError, match="changed since the environment was built"):
@@ -508,3 +514,75 @@ async def test_perturbations_wrap_a_replay_and_a_stopped_write_is_not_written(ba
     assert t.info["grade"]["replay"]["calls"] == 0  # no call reached the logs
     with pytest.raises(ConfigError, match="snapshots"):
         await run_all(perturb(spec, parse_perturbations("stale=0.5")), AgentClass(OracleAgent))
+
+
+def test_a_perturbed_run_logs_what_the_tools_did(tmp_path: Path) -> None:
+    """Calls a fault stopped (the tool never ran) are left out of the logs, kept in metadata:
+    the replay of the oracle's perturbed run scores 1.0 without the faults."""
+    from envlab.envs.perturb import parse_perturbations, perturb
+
+    spec = perturb(TauRetail(), parse_perturbations("transient=0.5"))
+
+    async def run() -> None:
+        tasks = TauRetail().tasks(n=3)
+        await rollout(spec, AgentClass(OracleAgent), tasks, out_dir=tmp_path / "run")
+
+    asyncio.run(run())
+    converted = logs_from_run(tmp_path / "run")
+    faults = [f for s in converted.sessions for f in s.metadata.get("faults", [])]
+    assert faults and all(f["fault"] == "transient" for f in faults)
+    logged = [m.text for s in converted.sessions for m in s.messages if m.role == "tool"]
+    assert not any("[retryable]" in text for text in logged)
+    write_logs(converted.sessions, tmp_path / "logs.jsonl")
+    build_sim(tmp_path / "logs.jsonl", tmp_path / "sim")
+    replay = load_replay_env(tmp_path / "sim")
+
+    async def replay_all() -> dict[str, Any]:
+        return await run_all(replay, AgentClass(OracleAgent))
+
+    assert {t.reward for t in asyncio.run(replay_all()).values()} == {1.0}
+
+
+async def test_a_write_the_tool_refused_is_not_required(tmp_path: Path) -> None:
+    """The reference tried a wrong write (refused, is_error) then the right one: an agent that
+    makes only the right one matches; one that makes only the refused one does not."""
+    session = {**TRANSFER, "session_id": "s-retry"}
+    wrong = {"source": "alice", "to": "bob", "amount": 500}
+    session["messages"] = [
+        *TRANSFER["messages"][:6],
+        _call("c9", "transfer", wrong),
+        _result("c9", "Error: insufficient funds", is_error=True),
+        *TRANSFER["messages"][6:],
+    ]
+    logs = tmp_path / "l.jsonl"
+    logs.write_text(json.dumps(session) + "\n")
+    spec = ReplaySpec(read_logs(logs), digest="x")
+    task = spec.tasks()[0]
+    assert task.answer["writes"] == [
+        ["transfer", canonical(TRANSFER["messages"][6]["tool_calls"][0]["function"]["arguments"])]
+    ]
+    ask = Action(text="Shall I (yes/no)?")
+    right = ToolCall("transfer", {"source": "alice", "to": "bob", "amount": 5}, id="r")
+    t = (await run_all_one(spec, Scripted([ask, Action(tool_calls=[right])]), task))[task.id]
+    assert t.reward == 1.0
+    refused = ToolCall("transfer", wrong, id="w")
+    t = (await run_all_one(spec, Scripted([ask, Action(tool_calls=[refused])]), task))[task.id]
+    assert t.steps[1].observation.tool_results[0].content == "Error: insufficient funds"
+    assert t.components["writes_match"] == 0.0
+    oracle = await run_all(spec, AgentClass(OracleAgent))
+    assert oracle[task.id].reward == 1.0
+
+
+async def test_arguments_nested_past_the_parsers_depth_are_the_agents_tool_error(
+    bank: Path,
+) -> None:
+    """The agent's malformed call is answered, never the environment's failure (env_error)."""
+    spec = load_env(str(bank))
+    task = spec.tasks()[0]
+    deep = ToolCall("get_balance", '{"account": ' + "[" * 100_000, id="deep")
+    t = (await run_all_one(spec, Scripted([Action(tool_calls=[deep])]), task))[task.id]
+    assert t.status.value == "ok", t.error
+    assert (
+        t.steps[0].tool_errors == 1
+        and "nested too deeply" in t.steps[0].observation.tool_results[0].content
+    )

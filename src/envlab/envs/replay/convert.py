@@ -4,7 +4,10 @@ The messages are rebuilt from the episode's parsed steps (what the agent did and
 environment answered, the same whatever the agent's harness rendered), after the system
 prompt and the opening user message of its transcript. Which tools write is not in a
 trajectory: it comes from the environment named in ``run.json`` (its tools' ``writes``), or
-from ``writes=`` when that environment cannot be loaded here.
+from ``writes=`` when that environment cannot be loaded here. A run with ``--perturb``: the
+calls a fault answered without running the tool (timeout, transient, rate limit) are left out
+with their answers, the results a fault changed are logged as the agent saw them, and every
+fault is in the session's ``metadata.faults``.
 """
 
 from __future__ import annotations
@@ -76,8 +79,14 @@ def _messages(traj: Trajectory) -> list[LogMessage]:
         for i, c in enumerate(msg.get("tool_calls", [])):  # an id the environment gave a call
             if not c["id"] and i < len(answered):
                 c["id"] = answered[i]
-        out.append(LogMessage.model_validate({**msg, "content": msg["content"] or None}))
+        stopped = _stopped(step.info)
+        calls = [c for c in msg.get("tool_calls", []) if c["id"] not in stopped]
+        if msg["content"] or calls or not msg.get("tool_calls"):
+            msg = {**msg, "content": msg["content"] or None, "tool_calls": calls or None}
+            out.append(LogMessage.model_validate(msg))
         for r in step.observation.tool_results:
+            if r.tool_call_id in stopped:
+                continue
             tool = r.to_message()
             out.append(LogMessage.model_validate({**tool, "is_error": r.is_error or None}))
         if step.observation.text:
@@ -85,10 +94,32 @@ def _messages(traj: Trajectory) -> list[LogMessage]:
     return out
 
 
+STOPPING_FAULTS = frozenset({"timeout", "transient", "rate_limit"})
+"""Perturbations that answer a call without running the tool (docs/robustness.md)."""
+
+
+def _stopped(info: dict[str, Any]) -> set[str]:
+    """The calls of a step a perturbation answered without running the tool: left out of the
+    logs (the session is what the tools did; ``metadata.faults`` keeps every fault)."""
+    faults = info.get("faults")
+    if not isinstance(faults, list):
+        return set()
+    return {
+        str(f.get("call_id"))
+        for f in faults
+        if isinstance(f, dict) and f.get("fault") in STOPPING_FAULTS
+    }
+
+
+def _faults(traj: Trajectory) -> list[Any]:
+    return [f for s in traj.steps for f in (s.info.get("faults") or [])]
+
+
 def _side_effects(traj: Trajectory, writes: set[str]) -> list[dict[str, Any]]:
     effects = []
     for step in traj.steps:
         ok = {r.tool_call_id for r in step.observation.tool_results if not r.is_error}
+        ok -= _stopped(step.info)
         for c in step.action.tool_calls:
             if c.name in writes and c.id in ok:
                 args = c.arguments
@@ -120,6 +151,7 @@ def _session(
             "status": traj.status.value,
             "sample_index": traj.sample_index,
             "gated_by": traj.gated_by,
+            **({"faults": faults} if (faults := _faults(traj)) else {}),
         },
     )
 

@@ -33,6 +33,13 @@ if TYPE_CHECKING:
 ANSWER_ATTR = "_replay_answer"
 
 
+def _parsed(arguments: str) -> Any:
+    try:
+        return json.loads(arguments)
+    except json.JSONDecodeError:
+        return arguments
+
+
 class LoggedUser(UserSimulator):
     """The logged session's user turns, said in order whatever the agent says; ``STOP`` once
     they run out (or where a logged turn says it)."""
@@ -76,8 +83,6 @@ class ReplayEpisode(ToolEnv):
         self._calling = ""
         self._outcome: dict[str, Any] = {}
         self._refusal: str | None = None
-        self._ran: Key | None = None
-        """The call the logs were asked to answer (its schema passed, no fault stopped it)."""
         self._step_calls: list[dict[str, Any]] = []
 
     @property
@@ -118,7 +123,7 @@ class ReplayEpisode(ToolEnv):
         return StepResult(obs, 0.0, done=self.done, info={"user": self.user.info})
 
     async def call_tool(self, call: ToolCall, default_id: str = "") -> ToolResult:
-        self._calling, self._outcome, self._refusal, self._ran = call.name, {}, None, None
+        self._calling, self._outcome, self._refusal = call.name, {}, None
         before = len(self.tool_log)
         result = await super().call_tool(call, default_id)
         spec = self._tool_specs.get(call.name)
@@ -127,8 +132,6 @@ class ReplayEpisode(ToolEnv):
         entry.update(self._outcome, writes=writes)
         if self._refusal is not None:  # the logged refusal, word for word
             result = ToolResult(result.tool_call_id, call.name, self._refusal, is_error=True)
-        if writes and self._ran is not None:  # a well-formed write, answered or not
-            self.writes.append(self._ran)
         self.events.append(
             {
                 "by": "tool",
@@ -144,28 +147,37 @@ class ReplayEpisode(ToolEnv):
         )
         return result
 
+    async def run_tool(self, call: ToolCall, default_id: str = "") -> ToolResult:
+        self._calling = call.name  # also when an interceptor (a perturbation) runs the call
+        return await super().run_tool(call, default_id)
+
     def _replay_answer(self, /, **arguments: Any) -> str:
         """Every tool: the logged answer to this call (``LoggedToolSpec.attr``)."""
         name, cfg = self._calling, self.spec.config
-        key = self._ran = (name, canonical(arguments))
+        key = (name, canonical(arguments))
+        writes = self._tool_specs[name].writes
         self.n_calls += 1
         fuzzy = cfg.fuzzy_threshold if cfg.match == "fuzzy" else None
         ans = self.spec.answers.lookup(key, self.reference, self._seen, fuzzy=fuzzy)
         if ans is None:
             self.n_unanswerable += 1
             self._outcome = {"match": None, "unanswerable": True}
+            if writes:  # nothing says it would have failed: a write the agent made
+                self.writes.append(key)
             raise ToolCallError(self._unanswerable_message(key))
         self._outcome = {"match": ans.match, "source": ans.source}
-        if not self._tool_specs[name].writes:
-            self.reads.append((name, ans.arguments))
         if ans.match == "fuzzy":
             self.n_fuzzy += 1
             self._outcome.update(
-                similarity=round(ans.similarity, 4), matched_arguments=json.loads(ans.arguments)
+                similarity=round(ans.similarity, 4), matched_arguments=_parsed(ans.arguments)
             )
-        if ans.is_error:
+        if not writes:
+            self.reads.append((name, ans.arguments))  # a lookup, also one the tool refused
+        if ans.is_error:  # refused, as logged: it changed nothing
             self._outcome["logged_error"], self._refusal = True, ans.content
             raise ToolCallError(ans.content.removeprefix("Error: "))
+        if writes:
+            self.writes.append(key)  # the agent's own arguments, also when matched fuzzily
         return ans.content
 
     def _unanswerable_message(self, key: Key) -> str:

@@ -157,6 +157,8 @@ def parse_line(line: str, where: str) -> LogSession:
             f"{where}: not JSON ({e.msg} at char {e.pos}); each line must be one session as a "
             "JSON object (docs/logs.md)"
         ) from None
+    except RecursionError:
+        raise LogFormatError(f"{where}: the JSON is nested too deeply to read") from None
     if not isinstance(data, dict):
         raise LogFormatError(f"{where}: a session is a JSON object, got {type(data).__name__}")
     try:

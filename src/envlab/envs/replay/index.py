@@ -21,6 +21,9 @@ from pydantic import BaseModel
 from envlab.core import ToolCallError, ToolSpec
 from envlab.envs.replay.format import LogSession
 
+FUZZY_MAX_CHARS = 20_000
+"""Arguments longer than this (canonical) are never matched fuzzily."""
+
 Key = tuple[str, str]
 """A call: the tool's name and its canonical arguments."""
 
@@ -32,7 +35,7 @@ def canonical(arguments: dict[str, Any] | str | None) -> str:
     if isinstance(arguments, str):
         try:
             value = json.loads(arguments.strip() or "{}")
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return arguments.strip()
     if value is None:
         value = {}
@@ -55,17 +58,28 @@ class LoggedCall:
         return (self.name, self.arguments)
 
 
-def logged_calls(session: LogSession) -> list[LoggedCall]:
-    """The session's tool calls that a tool message answered, in the order of the answers."""
-    asked: dict[str, tuple[str, str]] = {}
-    calls: list[LoggedCall] = []
+def session_calls(session: LogSession) -> list[tuple[Key, LoggedCall | None]]:
+    """Every tool call of the session in the order made, with what answered it (``None``: no
+    tool message did); an id used again (a retry) pairs with the answer after it."""
+    calls: list[tuple[Key, LoggedCall | None]] = []
+    pending: dict[str, int] = {}
     for m in session.messages:
         for c in m.tool_calls or []:
-            asked[c.id] = (c.function.name, canonical(c.function.arguments))
-        if m.role == "tool" and m.tool_call_id in asked:
-            name, args = asked.pop(m.tool_call_id)
-            calls.append(LoggedCall(name, args, m.text, bool(m.is_error), m.tool_call_id or ""))
+            pending[c.id] = len(calls)
+            calls.append(((c.function.name, canonical(c.function.arguments)), None))
+        if m.role == "tool" and m.tool_call_id in pending:
+            i = pending.pop(m.tool_call_id)
+            (name, args), _ = calls[i]
+            calls[i] = (
+                (name, args),
+                LoggedCall(name, args, m.text, bool(m.is_error), m.tool_call_id or ""),
+            )
     return calls
+
+
+def logged_calls(session: LogSession) -> list[LoggedCall]:
+    """The session's tool calls that a tool message answered, in the order made."""
+    return [c for _, c in session_calls(session) if c is not None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +140,16 @@ class Answers:
         return Answer(call.result, call.is_error, match, source, call.arguments, similarity)
 
     def _nearest(self, key: Key, threshold: float) -> tuple[Key, float] | None:
+        if len(key[1]) > FUZZY_MAX_CHARS:
+            return None  # no logged call is that long; and the comparison is quadratic
         best: tuple[Key, float] | None = None
+        matcher = difflib.SequenceMatcher(None, autojunk=False)
+        matcher.set_seq2(key[1])
         for other in self._by_name.get(key[0], []):
-            ratio = difflib.SequenceMatcher(None, key[1], other[1], autojunk=False).ratio()
+            matcher.set_seq1(other[1])
+            if matcher.real_quick_ratio() < threshold or matcher.quick_ratio() < threshold:
+                continue  # upper bounds of the ratio, cheap
+            ratio = matcher.ratio()
             if ratio >= threshold and (best is None or ratio > best[1]):
                 best = (other, ratio)
         return best
@@ -175,6 +196,11 @@ class LoggedToolSpec(ToolSpec):
                 raise ToolCallError(
                     f"arguments for tool '{self.name}' are not valid JSON ({e.msg} at char "
                     f"{e.pos}): {text[:200]!r}. Send a JSON object, e.g. {self.example()}"
+                ) from None
+            except RecursionError:
+                raise ToolCallError(
+                    f"arguments for tool '{self.name}' are nested too deeply to read; send a "
+                    f"plain JSON object, e.g. {self.example()}"
                 ) from None
         if not isinstance(arguments, dict):
             raise ToolCallError(

@@ -1,9 +1,11 @@
 """The reward of a replayed session: its write calls against the logged successful session's.
 
-- ``writes_match`` (weight 1): the episode's write calls are the reference session's, as a
-  multiset of (tool name, canonical arguments); order aside, the same calls the same number of
-  times. A write call counts when its arguments passed the tool's schema, whether the logs
-  answered it or not (an unanswerable write is still a write the agent tried to make).
+- ``writes_match`` (weight 1): the episode's writes are the reference session's, as a multiset
+  of (tool name, canonical arguments); order aside, the same calls the same number of times.
+  A write counts when it took effect as far as the logs tell: the reference's write calls but
+  those its tool refused (``is_error``); the episode's write calls that ran (schema passed, no
+  perturbation stopped them) and that the logs did not answer with a refusal. An unanswerable
+  write counts: nothing says it would have failed, and it is a write the agent made.
 - gate ``no_write_when_none_needed``: where the reference session wrote nothing, no write;
 - gate ``no_unlogged_write``: no write the reference session did not make (nor more of one
   than it made);
@@ -26,7 +28,7 @@ from typing import Any
 
 from envlab.core import Component, GradingContext, Rubric, Task
 from envlab.envs.replay.format import LogSession
-from envlab.envs.replay.index import canonical, logged_calls
+from envlab.envs.replay.index import session_calls
 from envlab.envs.tau.strict import confirmed_writes as tau_confirmed_writes
 
 
@@ -85,38 +87,37 @@ REPLAY_RUBRIC = Rubric(
 def session_events(session: LogSession, writes: set[str]) -> list[dict[str, Any]]:
     """The logged conversation as a τ episode records its events: ``user`` and ``agent`` texts
     (an assistant message with tool calls is its calls) and ``tool`` calls."""
-    results = {c.call_id: c for c in logged_calls(session)}
+    calls = iter(session_calls(session))
     events: list[dict[str, Any]] = []
     for m in session.messages:
         if m.role == "user":
             events.append({"by": "user", "text": m.text})
         elif m.role == "assistant" and not m.tool_calls:
             events.append({"by": "agent", "text": m.text})
-        for c in m.tool_calls or []:
-            logged = results.get(c.id)
+        for _ in m.tool_calls or []:
+            (name, args), logged = next(calls)
             events.append(
                 {
                     "by": "tool",
-                    "name": c.function.name,
-                    "arguments": canonical(c.function.arguments),
+                    "name": name,
+                    "arguments": args,
                     "result": logged.result if logged else "",
-                    "writes": c.function.name in writes,
+                    "writes": name in writes,
                     "error": bool(logged and logged.is_error),
                 }
             )
     return events
 
 
-def session_calls(
+def reference_calls(
     session: LogSession, writes: set[str], *, writing: bool = True
 ) -> list[tuple[str, str]]:
-    """The session's write calls (``writing``) or read calls, (name, canonical arguments), in
-    order."""
+    """The session's writes that took effect (``writing``: every write call but those the tool
+    refused, ``is_error``), or its reads; (name, canonical arguments) in order."""
     return [
-        (c.function.name, canonical(c.function.arguments))
-        for m in session.messages
-        for c in m.tool_calls or []
-        if (c.function.name in writes) == writing
+        key
+        for key, logged in session_calls(session)
+        if (key[0] in writes) == writing and not (writing and logged and logged.is_error)
     ]
 
 

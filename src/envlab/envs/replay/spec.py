@@ -16,11 +16,14 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envlab.core import ConfigError, EnvSpec, Limits, Rubric, Task, TaskSet
+from envlab.envs.replay import format as format_module
+from envlab.envs.replay import index as index_module
 from envlab.envs.replay import rubric as rubric_module
 from envlab.envs.replay.episode import ANSWER_ATTR, LoggedUser, ReplayEpisode
 from envlab.envs.replay.format import LogSession, read_logs
 from envlab.envs.replay.index import Answers, LoggedToolSpec, tool_specs
-from envlab.envs.replay.rubric import REPLAY_RUBRIC, confirmed_in, session_calls
+from envlab.envs.replay.rubric import REPLAY_RUBRIC, confirmed_in, reference_calls
+from envlab.envs.tau import strict as tau_strict
 from envlab.envs.tau.users import UserSimulator
 
 MANIFEST = "replay.json"
@@ -102,8 +105,8 @@ class ReplaySpec(EnvSpec):
         return [self._task(key, s) for key, s in references.items()]
 
     def _task(self, key: str, s: LogSession) -> Task:
-        writes = session_calls(s, self.writes)
-        reads = session_calls(s, self.writes, writing=False)
+        writes = reference_calls(s, self.writes)
+        reads = reference_calls(s, self.writes, writing=False)
         return Task(
             id=key,
             prompt=s.goal or s.opening(),
@@ -147,8 +150,11 @@ class ReplaySpec(EnvSpec):
         )
 
     def _compute_hash(self) -> str:
+        """The code and config (``EnvSpec``'s), the modules that read the logs, answer and
+        grade (with τ's gate it reuses), and the logs' bytes."""
         h = hashlib.sha256(super()._compute_hash().encode())
-        h.update(inspect.getsource(rubric_module).encode())
+        for module in (format_module, index_module, rubric_module, tau_strict):
+            h.update(inspect.getsource(module).encode())
         h.update(self._digest.encode())
         return h.hexdigest()[:16]
 
