@@ -354,6 +354,20 @@ BAD_LINES = [
     (json.dumps(BALANCE), "line 2: field session_id: 's-balance' is already the id of line 1"),
     ("[1, 2]", "line 2: a session is a JSON object, got list"),
     ('{"session_id": ' + "[" * 100_000, "line 2: the JSON is nested too deeply to read"),
+    (
+        json.dumps(
+            {
+                **TRANSFER,
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {"name": "t", "parameters": {"properties": []}},
+                    }
+                ],
+            }
+        ),
+        "line 2: field tools: Value error, tools[0].function.parameters: properties must map",
+    ),
 ]
 
 
@@ -586,3 +600,21 @@ async def test_arguments_nested_past_the_parsers_depth_are_the_agents_tool_error
         t.steps[0].tool_errors == 1
         and "nested too deeply" in t.steps[0].observation.tool_results[0].content
     )
+
+
+async def test_content_parts_are_read_as_their_text(tmp_path: Path) -> None:
+    """OpenAI's content parts (``[{"type": "text", "text": ...}]``) are the text they hold."""
+    parts = [
+        {"type": "text", "text": "Hi, please send 5 dollars "},
+        {"type": "text", "text": "to bob."},
+    ]
+    session = {
+        **TRANSFER,
+        "goal": None,
+        "messages": [{**TRANSFER["messages"][1], "content": parts}, *TRANSFER["messages"][2:]],
+    }
+    logs = tmp_path / "l.jsonl"
+    logs.write_text(json.dumps(session) + "\n")
+    spec = ReplaySpec(read_logs(logs), digest="x")
+    assert spec.tasks()[0].prompt == "Hi, please send 5 dollars to bob."
+    assert (await run_all(spec, AgentClass(OracleAgent)))["s-transfer"].reward == 1.0

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from envlab.core import ConfigError, EnvlabError, EnvSpec, Task, Trajectory
 from envlab.envs.replay.format import LogMessage, LogSession, Outcome
 from envlab.runs import RunDir, RunInfo
@@ -180,7 +182,11 @@ def logs_from_run(
             out.skipped[why] = out.skipped.get(why, 0) + 1
             continue
         task = _find_task(spec, run.info, traj.task_id, tasks) if spec is not None else None
-        out.sessions.append(_session(traj, run.info, out.writes, task, pass_threshold))
+        try:
+            out.sessions.append(_session(traj, run.info, out.writes, task, pass_threshold))
+        except ValidationError as e:  # e.g. an episode in which no user ever spoke
+            why = f"not a session: {e.errors()[0]['msg'].removeprefix('Value error, ')}"
+            out.skipped[why] = out.skipped.get(why, 0) + 1
     if not out.sessions:
         raise ConfigError(f"{run_dir} holds no scored episode to write as a session")
     return out

@@ -47,7 +47,8 @@ class LogMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "user", "assistant", "tool"]
-    content: str | None = None
+    content: str | list[dict[str, Any]] | None = None
+    """Text, or OpenAI's content parts (``[{"type": "text", "text": ...}, ...]``)."""
     tool_calls: list[LoggedToolCall] | None = None
     tool_call_id: str | None = None
     name: str | None = None
@@ -66,7 +67,22 @@ class LogMessage(BaseModel):
 
     @property
     def text(self) -> str:
+        """The content as text (the text parts joined; other parts, e.g. images, left out)."""
+        if isinstance(self.content, list):
+            return "".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
         return self.content or ""
+
+
+def _parameters_problem(params: Any) -> str | None:
+    """What is wrong with a tool's ``parameters`` (a JSON schema of an object), if anything."""
+    if not isinstance(params, dict):
+        return "must be a JSON schema object"
+    props, required = params.get("properties", {}), params.get("required", [])
+    if not isinstance(props, dict) or not all(isinstance(v, dict) for v in props.values()):
+        return "properties must map each argument's name to its schema"
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        return "required must be a list of argument names"
+    return None
 
 
 class Outcome(BaseModel):
@@ -109,6 +125,9 @@ class LogSession(BaseModel):
                     f"tools[{i}] is not an OpenAI function schema: expected "
                     '{"type": "function", "function": {"name": ..., "parameters": {...}}}'
                 )
+            problem = _parameters_problem(fn.get("parameters", {}))
+            if problem:
+                raise ValueError(f"tools[{i}].function.parameters: {problem}")
         return tools
 
     @model_validator(mode="after")
