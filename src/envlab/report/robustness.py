@@ -14,6 +14,7 @@ import base64
 import html
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -105,7 +106,7 @@ def read_robustness(out_dir: Path) -> Robustness | None:
 # --- charts -------------------------------------------------------------------------------
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
+def _pyplot() -> Any:
     """matplotlib's pyplot on the Agg backend, or ``None`` when matplotlib is missing."""
     try:
         import matplotlib
@@ -140,7 +141,7 @@ def _whisker(mean: float | None, low: float | None, high: float | None) -> list[
     return [max(mean - low, 0.0), max(high - mean, 0.0)]
 
 
-def _perturbation_chart(plt, result: Robustness, p: PerturbationResult, path: Path) -> None:  # type: ignore[no-untyped-def]
+def _perturbation_chart(plt: Any, result: Robustness, p: PerturbationResult, path: Path) -> None:
     """Left: mean reward clean vs perturbed with their intervals; right: gate trips by gate."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4), constrained_layout=True)
     sides = [("clean", result.clean), (p.perturbation, p.run)]
@@ -169,7 +170,7 @@ def _perturbation_chart(plt, result: Robustness, p: PerturbationResult, path: Pa
     plt.close(fig)
 
 
-def _overview_chart(plt, result: Robustness, path: Path) -> None:  # type: ignore[no-untyped-def]
+def _overview_chart(plt: Any, result: Robustness, path: Path) -> None:
     rows = result.perturbations
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(rows) + 1.4), constrained_layout=True)
     for i, p in enumerate(rows):
