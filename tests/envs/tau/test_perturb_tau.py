@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from envlab.agents.scripted import OracleAgent
 from envlab.core import Action, Observation, StepResult, Task, ToolCall, Trajectory
 from envlab.envs.perturb import PERTURBATIONS, perturb
 from envlab.envs.tau.spec import TauAirline, TauRetail, TauSpec
+from tests.conftest import subprocess_env
 from tests.support.play import play
 
 ON_RETAIL = {
@@ -65,6 +68,38 @@ async def test_each_perturbation_is_deterministic_under_a_seed_and_recorded(name
                 assert f["call_id"] in {c.id for c in step.action.tool_calls}
                 if name in ("stale", "inject"):
                     assert not tools[f["tool"]].writes  # only reads are stale or injected into
+
+
+FAULTS_SCRIPT = """
+import asyncio, json
+from envlab.agents.scripted import OracleAgent
+from envlab.envs.perturb import perturb
+from envlab.envs.tau.spec import TauRetail
+from tests.support.play import play
+
+async def main():
+    spec = perturb(TauRetail(reward="strict"), "transient=0.4,malformed=0.3,inject=0.5")
+    runs = [await play(spec, OracleAgent(), t) for t in spec.tasks()[:4]]
+    print(json.dumps([[s.info.get("faults", []) for s in tr.steps] for tr in runs]))
+
+asyncio.run(main())
+"""
+
+
+def test_the_same_seed_injects_the_same_faults_in_another_process() -> None:
+    outs = []
+    for hash_seed in ("1", "2"):
+        env = {**subprocess_env(), "PYTHONHASHSEED": hash_seed}
+        proc = subprocess.run(
+            [sys.executable, "-c", FAULTS_SCRIPT], capture_output=True, text=True, env=env,
+            timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        outs.append(json.loads(proc.stdout))
+    assert outs[0] == outs[1]
+    assert {f["fault"] for tr in outs[0] for step in tr for f in step} == {
+        "transient", "malformed", "inject",
+    }  # fmt: skip
 
 
 # --- stale reads against the SQLite history ------------------------------------------------
