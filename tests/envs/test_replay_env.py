@@ -222,3 +222,33 @@ async def test_arguments_nested_past_the_parsers_depth_are_the_agents_tool_error
         t.steps[0].tool_errors == 1
         and "nested too deeply" in t.steps[0].observation.tool_results[0].content
     )
+
+
+async def test_the_logged_user_answers_as_logged_when_the_agent_spoke_twice(tmp_path: Path) -> None:
+    """Two assistant messages in a row (no user turn between): the user stays silent after the
+    first, as logged, so the oracle's replay stays in step and makes the write."""
+    session = {**TRANSFER, "session_id": "s-twice"}
+    msgs = TRANSFER["messages"]
+    session["messages"] = [
+        *msgs[:4],
+        {"role": "assistant", "content": "You have 20."},
+        *msgs[4:],
+    ]
+    logs = tmp_path / "l.jsonl"
+    logs.write_text(json.dumps(session) + "\n")
+    spec = ReplaySpec(read_logs(logs), digest="x")
+    t = (await run_all(spec, AgentClass(OracleAgent)))["s-twice"]
+    assert t.reward == 1.0, t.components
+    said = [s.observation.text for s in t.steps if not s.action.tool_calls]
+    assert said == ["", "Yes, please.", "###STOP###"]
+
+
+async def test_a_session_the_agent_opened_replays_from_the_users_first_turn(tmp_path: Path) -> None:
+    session = {**TRANSFER, "session_id": "s-greet"}
+    greeting = {"role": "assistant", "content": "Welcome to the bank! How can I help?"}
+    session["messages"] = [TRANSFER["messages"][0], greeting, *TRANSFER["messages"][1:]]
+    logs = tmp_path / "l.jsonl"
+    logs.write_text(json.dumps(session) + "\n")
+    spec = ReplaySpec(read_logs(logs), digest="x")
+    t = (await run_all(spec, AgentClass(OracleAgent)))["s-greet"]
+    assert t.reward == 1.0 and t.messages[1]["content"].startswith("Hi, please send")

@@ -28,6 +28,7 @@ from envlab.envs.replay.index import Key, canonical
 from envlab.envs.tau.users import STOP, UserSimulator
 
 if TYPE_CHECKING:
+    from envlab.envs.replay.format import LogMessage, LogSession
     from envlab.envs.replay.spec import ReplaySpec
 
 ANSWER_ATTR = "_replay_answer"
@@ -40,23 +41,47 @@ def _parsed(arguments: str) -> Any:
         return arguments
 
 
-class LoggedUser(UserSimulator):
-    """The logged session's user turns, said in order whatever the agent says; ``STOP`` once
-    they run out (or where a logged turn says it)."""
+def after_opening(session: LogSession) -> list[LogMessage]:
+    """The session's messages from its first user turn on (the episode starts there)."""
+    first = next(i for i, m in enumerate(session.messages) if m.role == "user")
+    return session.messages[first:]
 
-    def __init__(self, turns: list[str]) -> None:
-        self.turns = list(turns)
+
+def user_script(session: LogSession) -> tuple[str, list[str | None]]:
+    """The logged user: the opening (the user turns before the agent's first text), and the
+    reply to each text the agent sent (the user turns after it, joined; ``None``: the user said
+    nothing before the agent spoke again). A text is an assistant message without tool calls;
+    what the agent said before the user's first turn (a greeting) is not replayed."""
+    buckets: list[list[str]] = [[]]
+    for m in after_opening(session):
+        if m.role == "assistant" and not m.tool_calls:
+            buckets.append([])
+        elif m.role == "user":
+            buckets[-1].append(m.text)
+    replies = ["\n\n".join(b) if b else None for b in buckets[1:]]
+    return "\n\n".join(buckets[0]), replies
+
+
+class LoggedUser(UserSimulator):
+    """The logged session's user, turn by turn whatever the agent says: the reply logged after
+    the agent's k-th text answers its k-th text (silence where none was logged); ``STOP`` after
+    the last logged text, or where a logged turn says it."""
+
+    def __init__(self, opening: str, replies: list[str | None]) -> None:
+        self.opening, self.replies = opening, list(replies)
         self.said = 0
 
     async def start(self) -> str:
-        self.said = 1
-        return self.turns[0]
+        return self.opening
 
     async def reply(self, agent_message: str) -> str:
-        if self.said >= len(self.turns):
-            return STOP
         self.said += 1
-        return self.turns[self.said - 1]
+        if self.said > len(self.replies):
+            return STOP
+        reply = self.replies[self.said - 1]
+        if reply is None:
+            return STOP if self.said == len(self.replies) else ""
+        return reply
 
     @property
     def info(self) -> dict[str, Any]:
@@ -214,10 +239,13 @@ class ReplayEpisode(ToolEnv):
         return self._details(await self.rubric.score(self.grading_context()))
 
     def oracle_actions(self, task: Task) -> list[Action]:
-        """The logged successful session's assistant messages, one action each, as logged."""
+        """The logged successful session's assistant messages, one action each, as logged (but
+        a text before the user's first turn: the episode opens with that turn)."""
+        session = self.spec.session(task.answer["session_id"])
+        greeting = len(session.messages) - len(after_opening(session))
         actions = []
-        for m in self.spec.session(task.answer["session_id"]).messages:
-            if m.role != "assistant":
+        for i, m in enumerate(session.messages):
+            if m.role != "assistant" or (i < greeting and not m.tool_calls):
                 continue
             calls = [
                 ToolCall(c.function.name, c.function.arguments, id=c.id) for c in m.tool_calls or []

@@ -19,7 +19,7 @@ from envlab.core import ConfigError, EnvSpec, Limits, Rubric, Task, TaskSet
 from envlab.envs.replay import format as format_module
 from envlab.envs.replay import index as index_module
 from envlab.envs.replay import rubric as rubric_module
-from envlab.envs.replay.episode import ANSWER_ATTR, LoggedUser, ReplayEpisode
+from envlab.envs.replay.episode import ANSWER_ATTR, LoggedUser, ReplayEpisode, user_script
 from envlab.envs.replay.format import LogSession, read_logs
 from envlab.envs.replay.index import Answers, LoggedToolSpec, tool_specs
 from envlab.envs.replay.rubric import REPLAY_RUBRIC, confirmed_in, reference_calls
@@ -136,7 +136,7 @@ class ReplaySpec(EnvSpec):
     def make_user(self, task: Task, seed: int | None) -> UserSimulator:
         cfg, s = self.config, self.session(task.answer["session_id"])
         if cfg.user == "scripted":
-            return LoggedUser(s.user_turns())
+            return LoggedUser(*user_script(s))
         from envlab.envs.tau.model_user import ModelUser
 
         assert cfg.user_model is not None
