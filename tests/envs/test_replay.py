@@ -114,3 +114,25 @@ def test_a_perturbed_run_logs_what_the_tools_did(tmp_path: Path) -> None:
         return await run_all(replay, AgentClass(OracleAgent))
 
     assert {t.reward for t in asyncio.run(replay_all()).values()} == {1.0}
+
+
+def test_samples_of_a_task_are_one_task_with_its_first_success_as_reference(
+    tmp_path: Path,
+) -> None:
+    spec = TauRetail()
+
+    async def run() -> None:
+        await rollout(
+            spec, AgentClass(OracleAgent), spec.tasks(n=2), out_dir=tmp_path / "run", samples=2
+        )
+
+    asyncio.run(run())
+    converted = logs_from_run(tmp_path / "run")
+    assert len(converted.sessions) == 4
+    write_logs(converted.sessions, tmp_path / "logs.jsonl")
+    build_sim(tmp_path / "logs.jsonl", tmp_path / "sim")
+    replay = load_replay_env(tmp_path / "sim")
+    tasks = replay.tasks()
+    assert [t.metadata["sessions"] for t in tasks] == [2, 2]
+    by_task = {s.task: s.session_id for s in reversed(converted.sessions)}  # the first of each
+    assert {t.id: t.answer["session_id"] for t in tasks} == by_task

@@ -1,8 +1,8 @@
 """One replayed session: the agent talks to the logged user and its tools answer from the logs.
 
 A step is one message of the agent, as in a τ episode: tool calls (answered from the logs) or
-text (answered by the user: the next logged user turn, or the model-backed user). The episode
-ends when the user says ``###STOP###``: the scripted user says it when the logged turns run out.
+text (answered by the user: the logged user's next reply, or the model-backed user). The episode
+ends when the user says ``###STOP###``: the logged user says it after the last logged text.
 """
 
 from __future__ import annotations
@@ -208,8 +208,9 @@ class ReplayEpisode(ToolEnv):
     def _unanswerable_message(self, key: Key) -> str:
         fuzzy = self.spec.config.match == "fuzzy"
         hint = " (nor one close enough to match fuzzily)" if fuzzy else " (exact match)"
+        args = key[1] if len(key[1]) <= 300 else f"{key[1][:300]}..."
         return (
-            f"no logged answer for {key[0]}({key[1]}): this environment replays logged sessions "
+            f"no logged answer for {key[0]}({args}): this environment replays logged sessions "
             f"and no session made this call with these arguments{hint}. The call did not run; "
             "call the tools as the logged sessions did."
         )

@@ -20,7 +20,7 @@ from envlab.envs.replay import format as format_module
 from envlab.envs.replay import index as index_module
 from envlab.envs.replay import rubric as rubric_module
 from envlab.envs.replay.episode import ANSWER_ATTR, LoggedUser, ReplayEpisode, user_script
-from envlab.envs.replay.format import LogSession, read_logs
+from envlab.envs.replay.format import LogSession, dump_session, read_logs
 from envlab.envs.replay.index import Answers, LoggedToolSpec, tool_specs
 from envlab.envs.replay.rubric import REPLAY_RUBRIC, confirmed_in, reference_calls
 from envlab.envs.tau import strict as tau_strict
@@ -48,7 +48,8 @@ class ReplayConfig(BaseModel):
 
 class ReplaySpec(EnvSpec):
     """Tasks are the logged tasks that have a successful session (the first one is the task's
-    reference); every session's tool calls answer the tools."""
+    reference); every session's tool calls answer the tools. ``digest`` names the logs in the
+    content hash (``load_replay_env`` passes the file's sha256; default: of the sessions)."""
 
     Config = ReplayConfig
     config: ReplayConfig
@@ -64,7 +65,11 @@ class ReplaySpec(EnvSpec):
         digest: str = "",
         **values: Any,
     ) -> None:
-        self._name, self._digest = name, digest
+        self._name = name
+        self._digest = (
+            digest
+            or hashlib.sha256("\n".join(dump_session(s) for s in sessions).encode()).hexdigest()
+        )
         super().__init__(config, **values)
         if self.config.user == "model" and not self.config.user_model:
             raise ConfigError("user=model needs user_model=openai:MODEL@URL (the user's model)")
