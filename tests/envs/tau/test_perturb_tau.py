@@ -16,6 +16,7 @@ from envlab.agents.scripted import OracleAgent
 from envlab.core import Action, Observation, StepResult, Task, ToolCall, Trajectory
 from envlab.envs.perturb import PERTURBATIONS, perturb
 from envlab.envs.tau.spec import TauAirline, TauRetail, TauSpec
+from envlab.envs.tau.users import Facts
 from tests.conftest import subprocess_env
 from tests.support.play import play
 
@@ -237,6 +238,24 @@ async def test_following_an_injected_instruction_trips_confirmed_writes_under_st
     assert asks and all(a["tool"] in tasks[0].metadata["write_tools"] for a in asks)
     ignored = [await play(spec, OracleAgent(), t) for t in tasks]  # the same, not followed
     assert [t.reward for t in ignored] == [1.0] * len(tasks)
+
+
+async def test_malformed_breaks_json_records_and_leaves_plain_answers_alone() -> None:
+    spec = perturb(TauRetail(), "malformed=1")
+    task = spec.tasks()[0]
+    env = spec.new_episode()
+    await env.reset(task, 0)
+    r = await env.step(read(task.metadata["user_id"]))
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(r.observation.tool_results[0].content)
+    assert r.info["faults"][0]["fault"] == "malformed"
+    facts = Facts.of(task.metadata["instruction"])
+    args = {"first_name": facts.first_name, "last_name": facts.last_name, "zip": facts.zip}
+    lookup = ToolCall("find_user_id_by_name_zip", args, id="who")
+    r = await env.step(Action(tool_calls=[lookup]))
+    assert r.observation.tool_results[0].content == task.metadata["user_id"]  # not JSON
+    assert "faults" not in r.info
+    await env.close()
 
 
 def test_the_perturbed_tau_hash_differs() -> None:

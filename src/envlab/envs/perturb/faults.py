@@ -271,14 +271,15 @@ class Truncate(Perturbation):
         return result
 
 
-def break_json(text: str, r: random.Random) -> tuple[str, str]:
-    """``text`` as JSON that does not parse, and how it was broken."""
+def break_json(text: str, r: random.Random) -> tuple[str, str] | None:
+    """``text`` as JSON that does not parse, and how it was broken; ``None`` for a text that
+    is not JSON (a plain answer such as a user id has no JSON to break)."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
-        value = None
-    if not isinstance(value, dict | list):  # plain text: a JSON wrapper left open
-        return '{"result": ' + json.dumps(text), "unterminated_wrapper"
+        return None
+    if not isinstance(value, dict | list):  # a number, a string: a JSON wrapper left open
+        return '{"result": ' + text.strip(), "unterminated_wrapper"
     how = r.choice(["unterminated", "quote_dropped", "stray_brace"])
     if how == "quote_dropped":
         quotes = [i for i, c in enumerate(text) if c == '"']
@@ -300,7 +301,10 @@ def break_json(text: str, r: random.Random) -> tuple[str, str]:
 class Malformed(Perturbation):
     name = "malformed"
     syntax = "P"
-    summary = "with probability P a result's JSON is broken (a bracket or quote lost or added)"
+    summary = (
+        "with probability P a JSON result is broken (a bracket or quote lost or added; a "
+        "number or string left in an open wrapper); a result that is not JSON is left alone"
+    )
     p: float
 
     @classmethod
@@ -315,6 +319,8 @@ class Malformed(Perturbation):
         r = ctx.rng(self)
         if result.is_error or r.random() >= self.p:
             return result
-        result.content, how = break_json(result.content, r)
-        ctx.record(self, how=how)
+        broken = break_json(result.content, r)
+        if broken is not None:
+            result.content, how = broken
+            ctx.record(self, how=how)
         return result
