@@ -290,6 +290,8 @@ async def test_an_oracle_that_does_not_retry_loses_to_transient_errors() -> None
     task = spec.tasks(n=1)[0]
     tr = await play(spec, OracleAgent(max_retries=0), task)
     assert tr.reward is not None and tr.reward < 1.0
+    assert tr.agent.limits == {"max_retries": 0}  # recorded (the default, 5, leaves it out)
+    assert OracleAgent().spec.limits == {}
 
 
 # --- composition and the hook -------------------------------------------------------------

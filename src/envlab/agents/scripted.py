@@ -24,6 +24,10 @@ class NoopAgent(Agent):
         return Action(text="")
 
 
+DEFAULT_RETRIES = 5
+"""How many times in a row the oracle sends a call again after a retryable error."""
+
+
 class OracleAgent(Agent):
     """A privileged agent that replays the environment's reference solution.
 
@@ -36,7 +40,7 @@ class OracleAgent(Agent):
     name = "oracle"
     privileged = True
 
-    def __init__(self, max_retries: int = 5) -> None:
+    def __init__(self, max_retries: int = DEFAULT_RETRIES) -> None:
         if max_retries < 0:
             raise ConfigError(f"the oracle's max_retries must be >= 0, got {max_retries}")
         self.max_retries = max_retries
@@ -46,7 +50,8 @@ class OracleAgent(Agent):
 
     @property
     def spec(self) -> AgentSpec:
-        return AgentSpec(name=self.name, harness="scripted:oracle", privileged=True)
+        limits = {} if self.max_retries == DEFAULT_RETRIES else {"max_retries": self.max_retries}
+        return AgentSpec(name=self.name, harness="scripted:oracle", privileged=True, limits=limits)
 
     async def start(self, ctx: EpisodeContext) -> None:
         if ctx.oracle_actions is None:
