@@ -42,7 +42,8 @@ def test_table_output(tmp_path: Path) -> None:
 
 def test_unknown_names_list_the_known_ones(tmp_path: Path) -> None:
     r = envlab("eval", "nope", "--agent", "oracle", "--out", str(tmp_path / "x"))
-    assert r.returncode == 2 and "Known environments: arith, calc, tau-airline, tau-retail, triage" in r.stderr
+    known = "Known environments: arith, calc, tau-airline, tau-retail, triage"
+    assert r.returncode == 2 and known in r.stderr
     r = envlab("eval", "arith", "--agent", "nope", "--out", str(tmp_path / "y"))
     assert (
         r.returncode == 2
