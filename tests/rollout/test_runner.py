@@ -153,3 +153,20 @@ async def test_a_run_freezes_the_heap_while_it_runs_and_gives_it_back(tmp_path: 
     with pytest.raises(RuntimeError, match="boom"), frozen_heap():
         raise RuntimeError("boom")
     assert gc.get_freeze_count() == 0
+
+
+async def test_a_perturbed_run_plays_its_clean_runs_episode_seeds(tmp_path: Path) -> None:
+    """Clean and perturbed runs of the same tasks pair episode for episode: same ids and
+    seeds (the wrapped spec's seed_hash is its inner spec's), different content hashes."""
+    from envlab.envs.calc import CalcEnv
+    from envlab.envs.perturb import perturb
+
+    clean = CalcEnv()
+    noisy = perturb(clean, "transient=0.5")
+    assert noisy.content_hash() != clean.content_hash()
+    runs = []
+    for name, spec in (("clean", clean), ("noisy", noisy)):
+        await rollout(spec, ORACLE, spec.tasks(n=4), out_dir=tmp_path / name, samples=2)
+        trajs = TrajectoryStore(tmp_path / name / "trajectories.jsonl").load()
+        runs.append(sorted((t.episode_id, t.seed) for t in trajs))
+    assert runs[0] == runs[1] and len(runs[0]) == 8

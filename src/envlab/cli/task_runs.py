@@ -87,12 +87,12 @@ async def run_samples(
     from envlab.core import Limits
     from envlab.rollout import EpisodeConfig, PlannedEpisode, episode_ids, run_episodes
 
-    env_hash = spec.content_hash()
+    seed_hash = spec.seed_hash()
     plan: list[PlannedEpisode] = []
     for run_seed, (agent, samples) in enumerate(runs):
         for task in tasks:
             for s in range(samples):
-                ids = episode_ids(spec.name, env_hash, task.id, run_seed, s)
+                ids = episode_ids(spec.name, seed_hash, task.id, run_seed, s)
                 plan.append(PlannedEpisode(task, s, ids, agent))
     config = EpisodeConfig(overrides=overrides or Limits.overrides(), max_retries=max_retries)
     if progress is not None:

@@ -90,6 +90,12 @@ class EnvSpec(ABC):
             cached = self._content_hash = self._compute_hash()
         return cached
 
+    def seed_hash(self) -> str:
+        """The hash episode ids and seeds derive from: the content hash, except that a wrapped
+        spec keeps its inner spec's (``WrappedSpec``), so that a clean run and a perturbed run
+        of the same tasks play the same episode seeds and pair episode for episode."""
+        return self.content_hash()
+
     def _compute_hash(self) -> str:
         h = hashlib.sha256()
         for cls in self.code():

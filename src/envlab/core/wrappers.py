@@ -232,6 +232,9 @@ class WrappedSpec(EnvSpec):
         h.update(self._params_json)
         return h.hexdigest()[:16]
 
+    def seed_hash(self) -> str:
+        return self.inner.seed_hash()
+
     @property
     def wrappers(self) -> list[str]:
         """The wrappers, innermost first, with their parameters."""

@@ -95,7 +95,7 @@ async def rollout(
             # infra errors are not the agent's: a resumed run tries those episodes again
             done_ids = {t.episode_id for t in existing if t.status != Status.INFRA_ERROR.value}
             existing = [t for t in existing if t.episode_id in done_ids]
-            todo = _plan(tasks, samples, info, agent, done_ids)
+            todo = _plan(tasks, samples, info, agent, done_ids, spec.seed_hash())
             total = len(tasks) * samples
             if observer is not None:
                 observer.started(total, existing)
@@ -127,12 +127,18 @@ async def rollout(
 
 
 def _plan(
-    tasks: TaskSet, samples: int, info: RunInfo, agent: AgentFactory, done: set[str]
+    tasks: TaskSet,
+    samples: int,
+    info: RunInfo,
+    agent: AgentFactory,
+    done: set[str],
+    seed_hash: str,
 ) -> list[PlannedEpisode]:
-    """The episodes still to run, in task order, with their deterministic ids."""
+    """The episodes still to run, in task order, with their deterministic ids (from the spec's
+    ``seed_hash``: a perturbed run's are its clean run's)."""
     todo = []
     for task in tasks:
-        group = group_id(info.env_id, info.env_hash, task.id, info.seed)
+        group = group_id(info.env_id, seed_hash, task.id, info.seed)
         for s in range(samples):
             ids = episode_ids_in_group(group, s)
             if ids[0] not in done:
