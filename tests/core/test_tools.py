@@ -175,3 +175,51 @@ def test_a_type_that_contains_itself_cannot_be_inlined() -> None:
 
     with pytest.raises(TypeError, match="refers to itself"):
         tool_spec(walk)
+
+
+def keep(x: Any, tag: str = "") -> str:
+    """Keep anything.
+
+    Args:
+        x: Any JSON value.
+        tag: A label.
+    """
+    return "kept"
+
+
+@pytest.mark.parametrize("depth", [500, 990, 100_000])
+def test_arguments_nested_too_deep_are_the_agents_malformed_call(depth: int) -> None:
+    """Arguments nested past the decoder's depth (or past what copying and recording them
+    can take) are a ToolCallError the agent reads, never a RecursionError (env_error); the
+    same from a model's text through the tool-call parser."""
+    from envlab.core.tools import MAX_ARGUMENT_DEPTH
+    from envlab.models.toolcalls import parse_tool_calls
+
+    spec = tool_spec(keep)
+    text = '{"x": ' + "[" * depth + "]" * depth + "}"
+    with pytest.raises(ToolCallError, match=f"nested more than {MAX_ARGUMENT_DEPTH} levels"):
+        spec.parse_arguments(text)
+    nested: list[Any] = []
+    for _ in range(depth):
+        nested = [nested]
+    with pytest.raises(ToolCallError, match="nested more than"):
+        spec.parse_arguments({"x": nested})  # a scripted agent's dict
+    for reply in (f"<tool_call>{{'name': 'keep', 'arguments': {text}}}</tool_call>",
+                  f'{{"name": "keep", "arguments": {text}}}'):  # fmt: skip
+        [call] = parse_tool_calls(reply.replace("'", '"')).calls
+        assert call.name == "keep"
+        with pytest.raises(ToolCallError):
+            spec.parse_arguments(call.arguments)
+
+
+def test_arguments_at_the_depth_limit_still_parse() -> None:
+    from envlab.core.tools import MAX_ARGUMENT_DEPTH
+
+    inner = MAX_ARGUMENT_DEPTH - 1  # the arguments object is the first level
+    text = '{"x": ' + "[" * inner + "]" * inner + ', "tag": "t"}'
+    parsed = tool_spec(keep).parse_arguments(text)
+    assert parsed["tag"] == "t"
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)  # a scripted agent's self-referencing list is refused, not looped on
+    with pytest.raises(ToolCallError, match="nested more than"):
+        tool_spec(keep).parse_arguments({"x": cyclic})

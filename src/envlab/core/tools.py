@@ -90,13 +90,19 @@ class ToolSpec:
                     f"({e.msg} at char {e.pos}): "
                     f"{text[:200]!r}. Send a JSON object, e.g. {self.example()}"
                 ) from None
+            except RecursionError:
+                raise self._too_deep() from None
         if not isinstance(arguments, dict):
             raise ToolCallError(
                 f"arguments for tool '{self.name}' must be a JSON object, got "
                 f"{type(arguments).__name__}. Example: {self.example()}"
             )
+        if _depth_over(arguments, MAX_ARGUMENT_DEPTH):
+            raise self._too_deep()
         try:
             parsed = self.model.model_validate(arguments)
+        except RecursionError:
+            raise self._too_deep() from None
         except ValidationError as e:
             problems = "; ".join(
                 f"'{'.'.join(str(p) for p in err['loc']) or '(arguments)'}': {err['msg']}"
@@ -106,6 +112,12 @@ class ToolSpec:
                 f"bad arguments for tool '{self.name}': {problems}. Expected {self.signature()}"
             ) from None
         return {k: getattr(parsed, k) for k in type(parsed).model_fields}
+
+    def _too_deep(self) -> ToolCallError:
+        return ToolCallError(
+            f"arguments for tool '{self.name}' are nested more than {MAX_ARGUMENT_DEPTH} levels "
+            f"deep; send a flat JSON object, e.g. {self.example()}"
+        )
 
     def signature(self) -> str:
         props = self.parameters.get("properties", {})
@@ -118,6 +130,27 @@ class ToolSpec:
 
     def example(self) -> str:
         return json.dumps(example_arguments(self.parameters))
+
+
+MAX_ARGUMENT_DEPTH = 100
+"""The deepest nesting of lists and objects a tool's arguments may have. Deeper arguments (a
+model's reply nested 100,000 deep) are the agent's malformed call (``ToolCallError``): decoding,
+validating, copying or recording them would exhaust Python's recursion limit and end the
+episode as the environment's failure."""
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and dicts more than ``limit`` levels deep (no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node if isinstance(v, dict | list))
+    return False
 
 
 _SAMPLES: dict[str, Any] = {

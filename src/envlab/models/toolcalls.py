@@ -30,6 +30,9 @@ _NAME = re.compile(r'"name"\s*:\s*"([^"\\]{1,200})"')
 _WS = re.compile(r"[ \t\n\r]*")
 _ARG_KEYS = ("arguments", "parameters", "args")
 _DECODER = json.JSONDecoder()
+_UNREADABLE = (json.JSONDecodeError, RecursionError)
+"""What reading a call's JSON may raise: broken JSON, or JSON nested past the decoder's depth
+(a reply nested 100,000 deep), which is read as broken JSON too."""
 
 Members = dict[str, tuple[Any, str]]
 """A JSON object's members: key -> (decoded value, the value's text as written)."""
@@ -202,7 +205,7 @@ def _calls_from_json_text(text: str, fmt: str, *, lenient: bool) -> list[TextToo
         calls, end = _calls_at(body, 0, fmt)
         if end != len(body):
             raise json.JSONDecodeError("Extra data", body, end)
-    except json.JSONDecodeError:
+    except _UNREADABLE:
         if not lenient:
             return None
         m = _NAME.search(body)
@@ -266,7 +269,7 @@ def _parse_bare(text: str) -> ParsedText | None:
     while i != -1:
         try:
             members, end = _object_at(text, i)
-        except json.JSONDecodeError:
+        except _UNREADABLE:
             i = text.find("{", i + 1)
             continue
         call = _call_from_members(members, "json", text[i:end])
