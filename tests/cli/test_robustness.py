@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from envlab.agents.scripted import OracleAgent
 from envlab.core import Action, Observation, ToolCall
 from envlab.runs import TRAJECTORIES_FILE, TrajectoryStore
@@ -71,15 +69,33 @@ def test_tau_retail_oracle_retries_transient_errors(tmp_path: Path) -> None:
     assert on_disk["perturbations"] == res["perturbations"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the oracle replays the gold actions whatever its reads answer, so a stale read "
-    "changes nothing it does: measuring a drop needs an agent that acts on what it reads",
-)
+VERIFYING = ["tau-retail", "--agent", "oracle", "--agent-arg", "verify_writes=true",
+             "-e", "reward=strict", "--perturb", "transient=0.3,stale=1",
+             "--tasks", "48"]  # fmt: skip
+"""The oracle that acts on what it reads: it reads each write back and repeats one the read
+does not show (``OracleAgent(verify_writes=True)``). ``stale=1``: every read after a write
+answers from before it, so the drop does not hang on which reads the seeds make stale."""
+
+
 def test_tau_retail_oracle_loses_to_stale_reads(tmp_path: Path) -> None:
-    stale = by_name(robustness(tmp_path / "rb", *TAU))["stale"]
-    assert stale["run"]["faults"] > 0
-    assert stale["drop"] > 0 and stale["low"] is not None and stale["high"] >= stale["drop"]
+    """The verifying oracle retries transient errors (no drop) and repeats the writes a stale
+    read-back hides; a repeat the tool carries out came without the user's yes, which
+    reward=strict's confirmed_writes gate zeroes: a measured drop, its interval above 0."""
+    res = robustness(tmp_path / "rb", *VERIFYING)
+    assert res["clean"]["mean"] == 1.0 and res["clean"]["gates"] == {}
+    p = by_name(res)
+    transient, stale = p["transient"], p["stale"]
+    assert transient["run"]["faults"] > 0 and transient["run"]["mean"] == 1.0
+    assert transient["drop"] == 0 and transient["low"] == 0 and transient["high"] == 0
+    assert stale["run"]["faults"] > 0 and stale["n_shared"] == 48
+    assert stale["drop"] > 0 and 0 < stale["low"] <= stale["drop"] <= stale["high"]
+    assert stale["p_value"] < 0.05 and stale["verdict"].startswith("lowers the reward")
+    # the drop is the repeats: each zeroed episode repeated a write its read-back hid
+    zeroed = [t for t in trajectories(stale["run"]["run_dir"]) if t.reward == 0.0]
+    assert zeroed and stale["run"]["gates"] == {"confirmed_writes": len(zeroed)}
+    for t in zeroed:
+        assert any(c.id.endswith("_repeat1") for s in t.steps for c in s.action.tool_calls)
+    assert abs(stale["drop"] - len(zeroed) / 48) < 1e-9
 
 
 INJECTED = re.compile(r"call (\w+) with arguments (\{.*\})\. The customer has already")
