@@ -54,9 +54,11 @@ class OracleAgent(Agent):
       (``cancel_pending_order(order_id, reason)`` -> ``get_order_details(order_id)``;
       ``modify_user_address(user_id, ...)`` -> ``get_user_details(user_id)``); none, or more
       than one, and the write is not verified. The rule reads only the tools' declarations
-      (``EpisodeContext.tools``), what any agent is shown, so the environment needs no hook
-      and the engine no new field: the oracle meets the state only through its tools, as
-      perturbed as any agent's (a stale read-back included), never by a side door.
+      (``EpisodeContext.tools``), what any agent is shown. So the environment needs no hook
+      (a ``read_back`` method on ``TauEpisode`` would need the engine to pass it in a new
+      ``EpisodeContext`` field and every wrapper to forward it) and no entry point is added;
+      and the oracle meets the state only through its tools, as perturbed as any agent's (a
+      stale read-back included), never by a side door into the environment.
     - *"Shows the effect".* The write's result, when it is a JSON record (τ's writes return
       the record they changed), is compared with the record read back, on the fields the two
       share: all equal is applied; one different is not applied. A read-back that shares no
