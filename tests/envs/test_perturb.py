@@ -25,6 +25,7 @@ from envlab.core import (
     ToolEnv,
     Trajectory,
 )
+from envlab.core.toolenv import TRUNCATED_MARK
 from envlab.envs import load_env
 from envlab.envs.calc import CalcEnv
 from envlab.envs.perturb import (
@@ -203,7 +204,7 @@ async def step_once(spec: EnvSpec, call: ToolCall, seed: int = 0) -> tuple[Any, 
 async def test_a_timeout_does_not_run_the_tool() -> None:
     env, r = await step_once(perturb(CalcEnv(), "timeout=1"), ToolCall("add", {"a": 2, "b": 3}))
     res = r.observation.tool_results[0]
-    assert res.is_error and "timed out" in res.content and RETRYABLE_MARK not in res.content
+    assert res.is_error and "timed out" in res.content and RETRYABLE_MARK in res.content
     assert env.unwrapped.results == [] and r.info["tool_errors"] == 1
     assert r.info["faults"][0]["waited_s"] == 0.0
     assert env.unwrapped.tool_log[-1]["arguments"] == {"a": 2, "b": 3}
@@ -229,7 +230,9 @@ async def test_truncate_cuts_and_malformed_breaks_the_json() -> None:
     _, clean = await step_once(CalcEnv(), call)
     text = clean.observation.tool_results[0].content
     _, cut = await step_once(perturb(CalcEnv(), "truncate=1:0.25"), call)
-    assert cut.observation.tool_results[0].content == text[: int(len(text) * 0.25)]
+    keep = int(len(text) * 0.25)
+    shown = cut.observation.tool_results[0].content
+    assert shown == f"{text[:keep]}\n{TRUNCATED_MARK}: {keep} of {len(text)} characters shown]"
     assert cut.info["faults"] == [
         {"fault": "truncate", "step": 1, "tool": "div", "call_id": "call_1_0",
          "kept_chars": int(len(text) * 0.25), "of_chars": len(text)}
@@ -365,3 +368,21 @@ def test_vet_with_transient_faults_still_vets_calc_clean(tmp_path: Path) -> None
     assert report["env_hash"] == perturb(CalcEnv(), "transient=0.2").content_hash()
     oracle = [c for t in report["tasks"] for c in t["checks"] if c["name"] == "oracle"]
     assert all(c["status"] == "pass" for c in oracle)
+
+
+async def test_the_oracle_rereads_a_cut_answer_and_retries_a_timeout() -> None:
+    """A cut read and a timed-out call are sent again by the retrying oracle: under the same
+    faults it scores what it scores clean."""
+    from envlab.agents.scripted import OracleAgent
+    from envlab.core import AgentClass
+    from envlab.rollout import PlannedEpisode, episode_ids, run_episodes
+
+    for text in ("truncate=0.5", "timeout=0.5"):
+        spec = perturb(CalcEnv(), text)
+        plan = [
+            PlannedEpisode(t, 0, episode_ids("calc", "h", t.id, 0, 0), AgentClass(OracleAgent))
+            for t in spec.tasks(n=10)
+        ]
+        trajs = await run_episodes(spec, plan)
+        faults = [f for t in trajs for s in t.steps for f in s.info.get("faults", [])]
+        assert faults and all(t.reward == 1.0 for t in trajs), text

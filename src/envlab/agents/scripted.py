@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from envlab.core import Action, Agent, AgentSpec, ConfigError, EpisodeContext, Observation, ToolCall
-from envlab.core.toolenv import RETRYABLE_MARK
+from envlab.core.toolenv import RETRYABLE_MARK, TRUNCATED_MARK
 from envlab.core.tools import ToolSpec
 
 
@@ -136,8 +136,15 @@ class OracleAgent(Agent):
         return [
             call
             for call, r in zip(self._last.tool_calls, observation.tool_results, strict=False)
-            if r.is_error and r.content.startswith(f"Error: {RETRYABLE_MARK}")
+            if (r.is_error and r.content.startswith(f"Error: {RETRYABLE_MARK}"))
+            or (self._cut_read(call, r.content))
         ]
+
+    def _cut_read(self, call: ToolCall, content: str) -> bool:
+        """A read whose answer was cut short: sent again for the whole answer (a write that
+        answered is never sent again here: it was carried out)."""
+        spec = self._tools.get(call.name)
+        return TRUNCATED_MARK in content and spec is not None and not spec.writes
 
     def _verify(self, observation: Observation) -> Action | None:
         """The read-back or the repeat the answer to the last action calls for, else None."""

@@ -37,7 +37,11 @@ ToolInterceptor = Callable[["ToolEnv", ToolCall, str], Awaitable[ToolResult]]
 
 RETRYABLE_MARK = "[retryable]"
 """In an error result: the call was not run and may be sent again unchanged (a transient
-failure, a rate limit). Perturbations write it; agents that retry look for it."""
+failure, a rate limit, a timeout). Perturbations write it; agents that retry look for it."""
+
+TRUNCATED_MARK = "[output truncated"
+"""At the end of a result cut short (``truncate``): what the agent read is not all there was;
+a read may be sent again for the whole answer."""
 
 
 def _snapshot(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envlab.core import ToolResult
+from envlab.core.toolenv import TRUNCATED_MARK
 from envlab.envs.perturb.base import (
     RETRYABLE_MARK,
     CallContext,
@@ -53,7 +54,10 @@ class Timeout(Perturbation):
             await asyncio.sleep(self.wait)
         ctx.record(self, waited_s=self.wait)
         after = f" after {self.wait:g}s" if self.wait else ""
-        return ctx.refuse(f"the call to '{ctx.call.name}' timed out{after}; it was not run")
+        return ctx.refuse(
+            f"{RETRYABLE_MARK} the call to '{ctx.call.name}' timed out{after}; it was not run "
+            "and may be sent again"
+        )
 
 
 def call_key(ctx: CallContext) -> str:
@@ -267,7 +271,10 @@ class Truncate(Perturbation):
             return result
         keep = int(len(result.content) * self.fraction)
         ctx.record(self, kept_chars=keep, of_chars=len(result.content))
-        result.content = result.content[:keep]
+        result.content = (
+            f"{result.content[:keep]}\n{TRUNCATED_MARK}: {keep} of {len(result.content)} "
+            "characters shown]"
+        )
         return result
 
 
