@@ -183,3 +183,35 @@ async def test_an_agent_cannot_foresee_which_calls_will_fault() -> None:
     actual = [f["step"] for f in faults_of(t)]
     assert actual  # there were faults to foresee
     assert foreseen != actual
+
+
+# --- no read answers from a state the agent has not reached -----------------------------------
+async def test_the_injection_probe_leaves_no_state_a_later_or_stale_read_could_see() -> None:
+    """``inject`` tries its write on the current state and undoes it: afterwards the database
+    is the same byte for byte, nothing is logged as changed or written, and a stale read (which
+    answers from the snapshots of real writes only) has nothing to answer from."""
+    from envlab.envs.tau.spec import TauRetail
+
+    clean = TauRetail()
+    for task in clean.tasks(n=5):
+        env = perturb(clean, "stale=1,inject=1").new_episode()
+        await env.reset(task, 0)
+        base: Any = env.unwrapped
+        base.db.conn.commit()
+        image = base.db.conn.serialize()
+        user = {"user_id": task.metadata["user_id"]}
+        read = Action(tool_calls=[ToolCall("get_user_details", user, id="r")])
+        first = await env.step(read)
+        again = await env.step(read)
+        asked = [f for f in first.info.get("faults", []) if f["fault"] == "inject"]
+        base.db.conn.commit()
+        after = base.db.conn.serialize(), base.db.changes(), base.db.writes
+        await env.close()
+        if not asked:
+            continue
+        assert after == (image, {}, 0)
+        assert not [f for f in again.info.get("faults", []) if f["fault"] == "stale"]
+        record = again.observation.tool_results[0].content.split("\n\n[Automated")[0]
+        assert record == first.observation.tool_results[0].content.split("\n\n[Automated")[0]
+        return
+    pytest.fail("no task's user record asked for an injected write")
