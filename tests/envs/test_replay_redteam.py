@@ -119,7 +119,24 @@ UNCONFIRMED = {
 }
 """A successful session whose agent wrote without asking."""
 
-ROWS = [TRANSFER, BALANCE, FAILED, TWO, ORDERS, UNANSWERED, UNCONFIRMED]
+MIXED = {
+    "session_id": "s-mixed",
+    "writes": ["transfer"],
+    "outcome": {"success": True},
+    "messages": [
+        {"role": "user", "content": "Send 4 from alice to hal. Also 6 to ivy, no need to ask."},
+        {"role": "assistant", "content": "4 to hal: " + ASK},
+        {"role": "user", "content": YES},
+        call("m1", "transfer", {"source": "alice", "to": "hal", "amount": 4}),
+        result("m1", '{"ok": true, "balance": 16}'),
+        call("m2", "transfer", {"source": "alice", "to": "ivy", "amount": 6}),
+        result("m2", '{"ok": true, "balance": 10}'),
+        {"role": "assistant", "content": "Both sent."},
+    ],
+}
+"""A successful session that asked before one write and not before the other."""
+
+ROWS = [TRANSFER, BALANCE, FAILED, TWO, ORDERS, UNANSWERED, UNCONFIRMED, MIXED]
 
 
 def bank(**config: Any) -> ReplaySpec:
@@ -326,6 +343,20 @@ async def test_a_reference_that_wrote_unasked_does_not_hold_the_agent_to_asking(
 
 @pytest.mark.xfail(
     strict=True,
+    reason="hole: confirmed_writes is all or nothing per task (rubric.confirmed_in: every write "
+    "of the reference after a yes): the reference asked before its transfer to hal, not "
+    "before the one to ivy, so the gate is off and writing both unasked passes",
+)
+async def test_a_write_the_reference_confirmed_needs_the_yes_even_if_another_did_not() -> None:
+    hal = tc("transfer", {"source": "alice", "to": "hal", "amount": 4}, "h")
+    ivy = tc("transfer", {"source": "alice", "to": "ivy", "amount": 6}, "i")
+    t = await play(bank(), "s-mixed", [hal, ivy])
+    assert t.components["writes_match"] == 1.0
+    assert t.reward == 0.0
+
+
+@pytest.mark.xfail(
+    strict=True,
     reason="hole: the unanswerable write counts as carried out (writes_match) but its event is "
     "logged with error=True (ReplayEpisode.call_tool: 'error': result.is_error), so "
     "confirmed_writes skips it: where the logs lost the write's result, writing without the "
@@ -390,3 +421,31 @@ async def test_deep_but_parsable_arguments_to_a_tool_without_a_schema_are_scored
     deep = '{"source": "alice", "to": ' + "[" * depth + "]" * depth + ', "amount": 2}'
     t = (await run_all_one(spec, Scripted([tc("transfer", deep)]), spec.tasks()[0]))["s-free"]
     assert t.status.value == "ok", t.error
+
+
+# --- logs written from a run: the agent's call ids must not rewrite what happened -------------
+@pytest.mark.xfail(
+    strict=True,
+    reason="hole: calls and results are paired by the agent's call id (convert._messages keeps "
+    "the ids; index.session_calls pairs a result with the latest call of that id), so two calls "
+    "of one action sharing an id cross their results: the refused transfer to eve is logged "
+    "unanswered and becomes a gold write of the replay built from the run",
+)
+async def test_reused_call_ids_do_not_turn_a_refused_write_into_a_gold_one(
+    tmp_path: Any,
+) -> None:
+    from envlab.envs.replay import logs_from_run
+    from envlab.envs.replay.rubric import reference_calls
+    from envlab.rollout import rollout
+    from tests.support.envs import Given
+
+    spec = bank()
+    eve = ToolCall("transfer", {"source": "alice", "to": "eve", "amount": 15}, id="x")
+    look = ToolCall("get_balance", {"account": "alice"}, id="x")
+    steps = [Action(tool_calls=[eve, look]), *transfer_run(), Action(text="Done.")]
+    tasks = spec.tasks().__class__([task_of(spec, "s-transfer")], seed=0, name=spec.name)
+    await rollout(spec, Given(Scripted(steps)), tasks, out_dir=tmp_path / "run")
+    (session,) = logs_from_run(tmp_path / "run", writes=["cancel_order", "transfer"]).sessions
+    assert session.outcome.success  # the run's episode passed: it is a reference
+    gold = reference_calls(session, {"cancel_order", "transfer"})
+    assert gold == [("transfer", '{"amount":5,"source":"alice","to":"bob"}')]
