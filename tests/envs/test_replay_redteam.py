@@ -449,3 +449,28 @@ async def test_reused_call_ids_do_not_turn_a_refused_write_into_a_gold_one(
     assert session.outcome.success  # the run's episode passed: it is a reference
     gold = reference_calls(session, {"cancel_order", "transfer"})
     assert gold == [("transfer", '{"amount":5,"source":"alice","to":"bob"}')]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="hole: convert._stopped leaves out every call whose id a stopping fault names, and "
+    "the id is the agent's: a write that ran, sharing its id with a call the rate limit "
+    "refused in the same action, vanishes from the logs and from side_effects",
+)
+async def test_a_write_that_ran_is_logged_even_when_a_refused_call_shares_its_id(
+    tmp_path: Any,
+) -> None:
+    from envlab.envs.replay import logs_from_run
+    from envlab.rollout import rollout
+    from tests.support.envs import Given
+
+    spec = perturb(bank(), "rate_limit=1")  # one call per step: the second is refused
+    gold = ToolCall("transfer", GOLD, id="x")
+    look = ToolCall("get_balance", {"account": "alice"}, id="x")
+    steps = [Action(text="Send 5 to bob (yes/no)?"), Action(tool_calls=[gold, look])]
+    task = task_of(bank(), "s-transfer")
+    tasks = spec.tasks().__class__([task], seed=0, name=spec.name)
+    await rollout(spec, Given(Scripted([*steps, Action(text="Done.")])), tasks, out_dir=tmp_path)
+    (session,) = logs_from_run(tmp_path, writes=["cancel_order", "transfer"]).sessions
+    assert session.metadata["faults"][0]["fault"] == "rate_limit"
+    assert session.side_effects == [{"tool": "transfer", "arguments": GOLD}]
