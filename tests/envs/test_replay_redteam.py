@@ -474,3 +474,27 @@ async def test_a_write_that_ran_is_logged_even_when_a_refused_call_shares_its_id
     (session,) = logs_from_run(tmp_path, writes=["cancel_order", "transfer"]).sessions
     assert session.metadata["faults"][0]["fault"] == "rate_limit"
     assert session.side_effects == [{"tool": "transfer", "arguments": GOLD}]
+
+
+async def test_one_yes_does_not_cover_two_writes_in_one_action() -> None:
+    dan = ToolCall("transfer", {"source": "alice", "to": "dan", "amount": 3}, id="d")
+    both = Action(tool_calls=[ToolCall("transfer", GOLD, id="b"), dan])
+    t = await play(bank(), "s-two", [Action(text=ASK), both])
+    assert t.components["writes_match"] == 1.0
+    assert t.reward == 0.0 and t.gated_by == "confirmed_writes"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="hole (documented as not done in docs/logs.md): a session that wrote nothing is "
+    "graded on grounding only (rubric.grounded: a logged read and any text), so a reply that "
+    "contradicts the record read (the account is frozen; the agent says it holds 1000000) "
+    "scores 1.0",
+)
+async def test_a_reply_that_contradicts_the_record_read_does_not_pass() -> None:
+    steps = [
+        tc("get_balance", {"account": "carol"}),
+        Action(text="Your account is open and holds 1000000 dollars."),
+    ]
+    t = await play(bank(), "s-balance", steps)
+    assert t.reward == 0.0
