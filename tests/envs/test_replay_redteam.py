@@ -280,12 +280,6 @@ async def test_a_write_refused_in_another_sessions_state_still_counts_here() -> 
     assert t.reward == 0.0
 
 
-async def test_a_write_the_reference_itself_had_refused_is_not_required_nor_counted() -> None:
-    """The logged refusal of the reference session (its own state) changes nothing."""
-    t = await play(bank(), "s-balance", [tc("get_balance", {"account": "carol"})])
-    assert t.steps[0].observation.tool_results[0].content == "Error: account carol is frozen"
-
-
 async def test_a_tool_no_log_knows_is_a_tool_error_and_no_write() -> None:
     t = await play(bank(), "s-transfer", transfer_run(tc("delete_account", {"account": "bob"})))
     res = t.steps[2].observation.tool_results[0]
