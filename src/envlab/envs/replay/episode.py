@@ -164,7 +164,8 @@ class ReplayEpisode(ToolEnv):
                 "arguments": entry.get("arguments"),
                 "result": result.content,
                 "writes": writes,
-                "error": result.is_error,
+                # an unanswerable write counts as carried out: confirmed_writes checks it too
+                "error": result.is_error and not (writes and self._outcome.get("unanswerable")),
             }
         )
         self._step_calls.append(
@@ -196,10 +197,12 @@ class ReplayEpisode(ToolEnv):
             self._outcome.update(
                 similarity=round(ans.similarity, 4), matched_arguments=_parsed(ans.arguments)
             )
-        if not writes:
+        if not writes and ans.match == "exact":
             self.reads.append((name, ans.arguments))  # a lookup, also one the tool refused
-        if ans.is_error:  # refused, as logged: it changed nothing
+        if ans.is_error:  # refused, as logged: only the reference's own exact refusal excuses
             self._outcome["logged_error"], self._refusal = True, ans.content
+            if writes and (ans.source != self.reference or ans.match == "fuzzy"):
+                self.writes.append(key)  # refused in another state: here it may have run
             raise ToolCallError(ans.content.removeprefix("Error: "))
         if writes:
             self.writes.append(key)  # the agent's own arguments, also when matched fuzzily
