@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import Any
+
 import pytest
 
 from envlab.core import (
@@ -12,6 +15,7 @@ from envlab.core import (
     Rubric,
     ToolCall,
 )
+from envlab.core.tools import ToolSpec
 from envlab.rollout.config import wrap_for_limits
 from tests.support.envs import EchoEnv, EchoEpisode
 from tests.support.play import echo_with
@@ -146,3 +150,52 @@ async def test_the_tool_log_holds_what_was_sent_even_when_the_tool_edits_it() ->
     await env.reset(EchoEnv().tasks()[0])
     await env.step(Action(tool_calls=[ToolCall("book", '{"legs": [{"flight": "HAT1"}]}')]))
     assert env.tool_log[-1]["arguments"] == {"legs": [{"flight": "HAT1"}]}
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+class _LaxSpec(ToolSpec):
+    """A tool spec whose parser lets any nesting through (as one built from logs with no
+    schema could): the copy ``run_tool`` keeps is then the first thing to meet the depth."""
+
+    __slots__ = ()
+
+    def parse_arguments(self, arguments: dict[str, Any] | str) -> dict[str, Any]:
+        return {"text": _nested(20_000)}
+
+
+def _lax_episode() -> EchoEpisode:
+    class Lax(EchoEpisode):
+        pass
+
+    spec = Lax._tool_specs["repeat"]
+    kept = {f.name: getattr(spec, f.name) for f in fields(spec) if f.init}
+    Lax._tool_specs = {**Lax._tool_specs, "repeat": _LaxSpec(**kept)}
+    env = echo_with(Lax).new_episode()
+    assert isinstance(env, EchoEpisode)
+    return env
+
+
+async def test_arguments_too_deep_to_copy_are_the_agents_malformed_call() -> None:
+    """Arguments a lax schema let through but too deep to copy are refused as the agent's
+    malformed call (an error it reads, counted in tool_errors), never a crash of the step."""
+    env = _lax_episode()
+    await env.reset(EchoEnv().tasks()[0])
+    out = await env.step(Action(tool_calls=[ToolCall("repeat", '{"text": "x"}', id="d")]))
+    (res,) = out.observation.tool_results
+    assert res.is_error and "nested too deeply" in res.content
+    assert out.info["tool_errors"] == 1 and not env.done
+    assert env.tool_log[-1] == {"name": "repeat", "error": res.content.removeprefix("Error: ")}
+
+
+async def test_refusing_a_call_too_deep_to_copy_logs_it_without_arguments() -> None:
+    env = _lax_episode()
+    await env.reset(EchoEnv().tasks()[0])
+    res = env.refuse_call(ToolCall("repeat", "{}"), "d", "rate limited")
+    assert res.is_error and res.content == "Error: rate limited"
+    assert env.tool_log[-1] == {"name": "repeat", "error": "rate limited"}

@@ -44,11 +44,19 @@ TRUNCATED_MARK = "[output truncated"
 a read may be sent again for the whole answer."""
 
 
-def _snapshot(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A copy of parsed arguments that a tool cannot change (nested lists and dicts copied)."""
-    if any(isinstance(v, dict | list) for v in kwargs.values()):
+def _snapshot(kwargs: dict[str, Any], name: str) -> dict[str, Any]:
+    """A copy of parsed arguments that a tool cannot change (nested lists and dicts copied).
+
+    Arguments nested too deep to copy (a tool whose schema let them through) are the agent's
+    malformed call: ``ToolCallError``, never a crash of the step."""
+    if not any(isinstance(v, dict | list) for v in kwargs.values()):
+        return dict(kwargs)
+    try:
         return copy.deepcopy(kwargs)
-    return dict(kwargs)
+    except RecursionError:
+        raise ToolCallError(
+            f"arguments for tool '{name}' are nested too deeply to read; send a flat JSON object"
+        ) from None
 
 
 class ToolEnv(Environment):
@@ -145,7 +153,7 @@ class ToolEnv(Environment):
         spec = self._tool_specs.get(call.name)
         if spec is not None:
             with contextlib.suppress(ToolCallError):  # arguments that do not parse: none
-                entry["arguments"] = _snapshot(spec.parse_arguments(call.arguments))
+                entry["arguments"] = _snapshot(spec.parse_arguments(call.arguments), call.name)
         self.tool_log.append(entry)
         return ToolResult(call_id, call.name, f"Error: {message}", is_error=True)
 
@@ -159,7 +167,8 @@ class ToolEnv(Environment):
                 known = ", ".join(self._tool_specs) or "(none)"
                 raise ToolCallError(f"unknown tool '{call.name}'. Available tools: {known}")
             kwargs = spec.parse_arguments(call.arguments)
-            sent = _snapshot(kwargs)  # the record holds what was sent, even if the tool edits it
+            # the record holds what was sent, even if the tool edits it
+            sent = _snapshot(kwargs, call.name)
             value = getattr(self, spec.attr)(**kwargs)
             if inspect.isawaitable(value):
                 value = await value

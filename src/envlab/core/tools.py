@@ -139,6 +139,12 @@ validating, copying or recording them would exhaust Python's recursion limit and
 episode as the environment's failure."""
 
 
+def nested_too_deep(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> bool:
+    """Whether ``value`` nests lists and dicts more than ``limit`` levels deep, checked without
+    recursion (so a value too deep to copy or encode can be refused first)."""
+    return _depth_over(value, limit)
+
+
 def _depth_over(value: Any, limit: int) -> bool:
     """Whether ``value`` nests lists and dicts more than ``limit`` levels deep (no recursion)."""
     stack: list[tuple[Any, int]] = [(value, 1)]

@@ -63,12 +63,15 @@ class Timeout(Perturbation):
 def call_key(ctx: CallContext) -> str:
     """The call's tool and arguments, canonical: the same call sent again has the same key."""
     args = ctx.call.arguments
-    if isinstance(args, str):
-        try:
+    raw = args if isinstance(args, str) else None
+    try:
+        if isinstance(args, str):
             args = json.loads(args or "{}")
-        except json.JSONDecodeError:
-            return f"{ctx.call.name}\0{args}"
-    return f"{ctx.call.name}\0{json.dumps(args, sort_keys=True, default=str)}"
+        return f"{ctx.call.name}\0{json.dumps(args, sort_keys=True, default=str)}"
+    except (json.JSONDecodeError, RecursionError):  # not JSON, or nested past the parser
+        if raw is None:
+            raw = repr(args)
+        return f"{ctx.call.name}\0{raw}"
 
 
 @dataclass(frozen=True)
@@ -283,7 +286,7 @@ def break_json(text: str, r: random.Random) -> tuple[str, str] | None:
     is not JSON (a plain answer such as a user id has no JSON to break)."""
     try:
         value = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # nested past the parser: not JSON to it
         return None
     if not isinstance(value, dict | list):  # a number, a string: a JSON wrapper left open
         return '{"result": ' + text.strip(), "unterminated_wrapper"
@@ -299,7 +302,7 @@ def break_json(text: str, r: random.Random) -> tuple[str, str] | None:
         broken = text.rstrip()[:-1]
     try:
         json.loads(broken)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return broken, how
     return text.rstrip()[:-1], "unterminated"
 

@@ -130,7 +130,7 @@ class Inject(Perturbation):
             return result
         try:
             found = candidates(json.loads(result.content))
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # nested past the parser: not JSON
             return result  # a plain answer (an id, a number) names no record to write to
         options = [(t, a) for t in writes for a in fills(t, found)]
         r.shuffle(options)

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from envlab.core import ToolCallError, ToolSpec
+from envlab.core.tools import MAX_ARGUMENT_DEPTH, nested_too_deep
 from envlab.envs.replay.format import LogSession
 
 FUZZY_MAX_CHARS = 20_000
@@ -198,15 +199,14 @@ class LoggedToolSpec(ToolSpec):
                     f"{e.pos}): {text[:200]!r}. Send a JSON object, e.g. {self.example()}"
                 ) from None
             except RecursionError:
-                raise ToolCallError(
-                    f"arguments for tool '{self.name}' are nested too deeply to read; send a "
-                    f"plain JSON object, e.g. {self.example()}"
-                ) from None
+                raise self._too_deep() from None
         if not isinstance(arguments, dict):
             raise ToolCallError(
                 f"arguments for tool '{self.name}' must be a JSON object, got "
                 f"{type(arguments).__name__}. Example: {self.example()}"
             )
+        if nested_too_deep(arguments):  # too deep to copy, record or compare with the logs
+            raise self._too_deep()
         problems = self._problems(arguments)
         if problems:
             raise ToolCallError(
@@ -214,6 +214,12 @@ class LoggedToolSpec(ToolSpec):
                 f"Expected {self.signature()}"
             )
         return dict(arguments)
+
+    def _too_deep(self) -> ToolCallError:
+        return ToolCallError(
+            f"arguments for tool '{self.name}' are nested too deeply (more than "
+            f"{MAX_ARGUMENT_DEPTH} levels); send a plain JSON object, e.g. {self.example()}"
+        )
 
     def _problems(self, arguments: dict[str, Any]) -> list[str]:
         props: dict[str, Any] = self.parameters.get("properties") or {}
