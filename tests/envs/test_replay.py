@@ -136,3 +136,30 @@ def test_samples_of_a_task_are_one_task_with_its_first_success_as_reference(
     assert [t.metadata["sessions"] for t in tasks] == [2, 2]
     by_task = {s.task: s.session_id for s in reversed(converted.sessions)}  # the first of each
     assert {t.id: t.answer["session_id"] for t in tasks} == by_task
+
+
+async def test_a_run_whose_calls_share_an_id_is_logged_paired_by_position(tmp_path: Path) -> None:
+    """The agent's ids need not be unique: the i-th result answers the i-th call, and an id used
+    before in the session is made unique on the call and its result."""
+    from envlab.core import Action, TaskSet
+    from envlab.envs.replay import ReplaySpec
+    from envlab.envs.replay.rubric import reference_calls
+    from tests.envs.replay_samples import TRANSFER, Scripted, sessions_of
+    from tests.support.envs import Given
+
+    spec = ReplaySpec(sessions_of([TRANSFER]), digest="ids")
+    bob = ToolCall("get_balance", {"account": "bob"}, id="x")
+    alice = ToolCall("get_balance", {"account": "alice"}, id="x")
+    gold = ToolCall("transfer", {"source": "alice", "to": "bob", "amount": 5}, id="x")
+    steps = [Action(tool_calls=[bob, alice]), Action(text="Send 5 (yes/no)?")]
+    steps += [Action(tool_calls=[gold]), Action(text="Done.")]
+    tasks = TaskSet(list(spec.tasks()), seed=0, name=spec.name)
+    await rollout(spec, Given(Scripted(steps)), tasks, out_dir=tmp_path / "run")
+    (session,) = logs_from_run(tmp_path / "run", writes=["transfer"]).sessions
+    asked = [c.id for m in session.messages for c in m.tool_calls or []]
+    assert len(set(asked)) == len(asked) == 3
+    answers = {m.tool_call_id: m.text for m in session.messages if m.role == "tool"}
+    assert '"balance": 20' in answers[asked[1]] and '"balance": 20' not in answers[asked[0]]
+    assert reference_calls(session, {"transfer"}) == [
+        ("transfer", '{"amount":5,"source":"alice","to":"bob"}')
+    ]

@@ -90,6 +90,20 @@ BAD_LINES = [
         "answers tool call 'zz', which no earlier assistant message made",
     ),
     (
+        json.dumps(
+            {
+                **TRANSFER,
+                "messages": [
+                    *TRANSFER["messages"][:2],
+                    call("d", "get_balance", {"account": "alice"}),
+                    call("d", "get_balance", {"account": "bob"}),
+                    result("d", "x"),
+                ],
+            }
+        ),
+        "makes tool call 'd' while an earlier call with that id is unanswered",
+    ),
+    (
         json.dumps({**TRANSFER, "messages": [{"role": "robot", "content": "x"}]}),
         "line 2: field messages.0.role",
     ),

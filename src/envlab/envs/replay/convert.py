@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from envlab.core import ConfigError, EnvlabError, EnvSpec, Task, Trajectory
+from envlab.core import ConfigError, EnvlabError, EnvSpec, Task, ToolCall, ToolResult, Trajectory
 from envlab.envs.replay.format import LogMessage, LogSession, Outcome
 from envlab.runs import RunDir, RunInfo
 
@@ -65,8 +65,8 @@ def _find_task(spec: EnvSpec, info: RunInfo, task_id: str, cache: dict[str, Task
     return cache.get(task_id)
 
 
-def _messages(traj: Trajectory) -> list[LogMessage]:
-    """System prompt and opening of the transcript, then each step: the action, the answer."""
+def _head(traj: Trajectory) -> list[LogMessage]:
+    """The transcript's system prompt and opening user message."""
     head: list[dict[str, Any]] = []
     system = next((m for m in traj.messages if m.get("role") == "system"), None)
     if system is not None:
@@ -74,23 +74,37 @@ def _messages(traj: Trajectory) -> list[LogMessage]:
     opening = next((m for m in traj.messages if m.get("role") == "user"), None)
     if opening is not None:
         head.append({"role": "user", "content": opening.get("content") or ""})
-    out = [LogMessage.model_validate(m) for m in head]
-    for step in traj.steps:
+    return [LogMessage.model_validate(m) for m in head]
+
+
+def _messages(traj: Trajectory) -> list[LogMessage]:
+    """System prompt and opening of the transcript, then each step: the action, the answer.
+    A step's i-th result answers its i-th call (the agent's ids need not be unique: one used
+    before in the session is made unique, ``ID#STEP.I``, on the call and its result)."""
+    out = _head(traj)
+    seen: set[str] = set()
+    for n, step in enumerate(traj.steps):
         msg = step.action.to_message()
-        answered = [r.tool_call_id for r in step.observation.tool_results]
-        for i, c in enumerate(msg.get("tool_calls", [])):  # an id the environment gave a call
-            if not c["id"] and i < len(answered):
-                c["id"] = answered[i]
-        stopped = _stopped(step.info)
-        calls = [c for c in msg.get("tool_calls", []) if c["id"] not in stopped]
+        results = step.observation.tool_results
+        stopped = _stopped(step.info, step.action.tool_calls, results)
+        calls: list[dict[str, Any]] = []
+        answers: list[LogMessage] = []
+        for i, c in enumerate(msg.get("tool_calls", [])):
+            r = results[i] if i < len(results) else None
+            cid = c["id"] or (r.tool_call_id if r is not None else "") or f"call_{n}_{i}"
+            if cid in seen:
+                cid = f"{cid}#{n}.{i}"
+            seen.add(cid)
+            if i in stopped:
+                continue
+            calls.append({**c, "id": cid})
+            if r is not None:
+                tool = {**r.to_message(), "tool_call_id": cid, "is_error": r.is_error or None}
+                answers.append(LogMessage.model_validate(tool))
         if msg["content"] or calls or not msg.get("tool_calls"):
             msg = {**msg, "content": msg["content"] or None, "tool_calls": calls or None}
             out.append(LogMessage.model_validate(msg))
-        for r in step.observation.tool_results:
-            if r.tool_call_id in stopped:
-                continue
-            tool = r.to_message()
-            out.append(LogMessage.model_validate({**tool, "is_error": r.is_error or None}))
+        out.extend(answers)
         if step.observation.text:
             out.append(LogMessage(role="user", content=step.observation.text))
     return out
@@ -100,17 +114,28 @@ STOPPING_FAULTS = frozenset({"timeout", "transient", "rate_limit"})
 """Perturbations that answer a call without running the tool (docs/robustness.md)."""
 
 
-def _stopped(info: dict[str, Any]) -> set[str]:
-    """The calls of a step a perturbation answered without running the tool: left out of the
-    logs (the session is what the tools did; ``metadata.faults`` keeps every fault)."""
+def _stopped(info: dict[str, Any], calls: list[ToolCall], results: list[ToolResult]) -> set[int]:
+    """The positions of a step's calls a perturbation answered without running the tool: left
+    out of the logs (the session is what the tools did; ``metadata.faults`` keeps every fault).
+    A fault names the call by the agent's id, which need not be unique: the faults, in the order
+    the calls ran, go to the refused calls (an error result) of that id and tool, in order."""
     faults = info.get("faults")
     if not isinstance(faults, list):
         return set()
-    return {
-        str(f.get("call_id"))
+    pending = [
+        (str(f.get("call_id")), str(f.get("tool")))
         for f in faults
         if isinstance(f, dict) and f.get("fault") in STOPPING_FAULTS
-    }
+    ]
+    out: set[int] = set()
+    for i, c in enumerate(calls):
+        r = results[i] if i < len(results) else None
+        if r is None or not r.is_error or not pending:
+            continue
+        if (r.tool_call_id, c.name) == pending[0] or (c.id, c.name) == pending[0]:
+            pending.pop(0)
+            out.add(i)
+    return out
 
 
 def _faults(traj: Trajectory) -> list[Any]:
@@ -120,13 +145,13 @@ def _faults(traj: Trajectory) -> list[Any]:
 def _side_effects(traj: Trajectory, writes: set[str]) -> list[dict[str, Any]]:
     effects = []
     for step in traj.steps:
-        ok = {r.tool_call_id for r in step.observation.tool_results if not r.is_error}
-        ok -= _stopped(step.info)
-        for c in step.action.tool_calls:
-            if c.name in writes and c.id in ok:
+        results = step.observation.tool_results
+        stopped = _stopped(step.info, step.action.tool_calls, results)
+        for i, (c, r) in enumerate(zip(step.action.tool_calls, results, strict=False)):
+            if c.name in writes and not r.is_error and i not in stopped:
                 args = c.arguments
                 if isinstance(args, str):
-                    with contextlib.suppress(json.JSONDecodeError):
+                    with contextlib.suppress(json.JSONDecodeError, RecursionError):
                         args = json.loads(args or "{}")
                 effects.append({"tool": c.name, "arguments": args})
     return effects

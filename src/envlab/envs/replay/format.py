@@ -133,14 +133,24 @@ class LogSession(BaseModel):
     @model_validator(mode="after")
     def _calls_answered_in_order(self) -> LogSession:
         asked: set[str] = set()
+        pending: set[str] = set()  # asked, not answered yet
         for i, m in enumerate(self.messages):
             for c in m.tool_calls or []:
+                if c.id in pending:
+                    raise ValueError(
+                        f"messages[{i}] makes tool call {c.id!r} while an earlier call with "
+                        "that id is unanswered: which one a result answers would be a guess; "
+                        "give each call its own id"
+                    )
                 asked.add(c.id)
+                pending.add(c.id)
             if m.role == "tool" and m.tool_call_id not in asked:
                 raise ValueError(
                     f"messages[{i}] answers tool call {m.tool_call_id!r}, which no earlier "
                     "assistant message made"
                 )
+            if m.role == "tool":
+                pending.discard(m.tool_call_id or "")
         if not any(m.role == "user" for m in self.messages):
             raise ValueError("messages hold no user message: a session starts with the user")
         return self

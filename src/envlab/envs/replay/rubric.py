@@ -9,8 +9,10 @@
 - gate ``no_write_when_none_needed``: where the reference session wrote nothing, no write;
 - gate ``no_unlogged_write``: no write the reference session did not make (nor more of one
   than it made);
-- gate ``confirmed_writes``: where every write of the reference session came right after the
-  user's yes, every write of the episode does too (τ's ``confirmed_writes``);
+- gate ``confirmed_writes``: each write the reference session made right after the user's yes
+  needs the yes in the episode too (τ's ``confirmed_writes``, per write: the task's
+  ``confirmed`` lists the reference's confirmed writes; of the episode's writes of one call, at
+  most as many go unasked as the reference made unasked);
 - gate ``grounded``: where the reference session wrote nothing, the episode made at least one
   of its reads (answered from the logs) and said something to the user (an agent that does
   nothing does not pass a session whose right outcome changes nothing).
@@ -26,9 +28,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from envlab.core import Component, GradingContext, Rubric, Task
+from envlab.core import Component, GradingContext, Rubric
 from envlab.envs.replay.format import LogSession
-from envlab.envs.replay.index import session_calls
+from envlab.envs.replay.index import canonical, session_calls
+from envlab.envs.tau.strict import _is_yes
 from envlab.envs.tau.strict import confirmed_writes as tau_confirmed_writes
 
 
@@ -49,10 +52,32 @@ def no_unlogged_write(ctx: GradingContext) -> float:
     return float(not extra)
 
 
+def _writes_and_yes(events: list[dict[str, Any]]) -> list[tuple[tuple[str, str], bool]]:
+    """Each write that took effect, (name, canonical arguments), and whether the user's yes came
+    right before it (τ's ``confirmed_writes``: one yes, to a message of the agent, covers one)."""
+    out: list[tuple[tuple[str, str], bool]] = []
+    asked = confirmed = False
+    for e in events:
+        if e["by"] == "agent":
+            asked, confirmed = True, False
+        elif e["by"] == "user":
+            confirmed = asked and _is_yes(e["text"])
+        elif e["writes"] and not e["error"]:
+            out.append(((e["name"], canonical(e["arguments"])), confirmed))
+            asked = confirmed = False
+    return out
+
+
 def confirmed_writes(ctx: GradingContext) -> float:
-    if not ctx.task.answer["confirmed"]:
-        return 1.0  # the logged session did not confirm its writes: nothing to hold it to
-    return tau_confirmed_writes(ctx)
+    """Each write the reference made after the user's yes needs the yes in the episode too: of
+    the episode's writes of one call, at most as many without a yes as the reference made."""
+    confirmed = ctx.task.answer["confirmed"]
+    if isinstance(confirmed, bool):  # a task built before confirmation was kept per write
+        return tau_confirmed_writes(ctx) if confirmed else 1.0
+    needed = _multiset(confirmed)
+    free = _multiset(ctx.task.answer["writes"]) - needed
+    unasked = Counter(key for key, yes in _writes_and_yes(ctx.state["events"]) if not yes)
+    return float(all(unasked[k] <= free[k] for k in needed))
 
 
 def grounded(ctx: GradingContext) -> float:
@@ -121,8 +146,6 @@ def reference_calls(
     ]
 
 
-def confirmed_in(session: LogSession, writes: set[str]) -> bool:
-    """Whether every write of the logged session came right after the user's yes."""
-    events = session_events(session, writes)
-    placeholder = Task(id=session.session_id, prompt="")
-    return tau_confirmed_writes(GradingContext(placeholder, None, {"events": events})) == 1.0
+def confirmed_in(session: LogSession, writes: set[str]) -> list[list[str]]:
+    """The writes of the logged session that came right after the user's yes, in order."""
+    return [list(key) for key, yes in _writes_and_yes(session_events(session, writes)) if yes]
