@@ -16,6 +16,8 @@
 - gate ``grounded``: where the reference session wrote nothing, the episode made at least one
   of its reads (answered from the logs) and said something to the user (an agent that does
   nothing does not pass a session whose right outcome changes nothing).
+- gates ``own_words`` and ``no_dump`` (τ's, where the reference session passes them): no
+  message pastes a tool's output; at most 60 distinct values read from tools told the user.
 - ``answered`` (weight 0, reported): the share of the episode's tool calls the logs answered.
 
 The graders read ``state()``: ``writes`` (the write calls), ``reads`` (the read calls the logs
@@ -28,11 +30,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from envlab.core import Component, GradingContext, Rubric
+from envlab.core import Component, GradingContext, Rubric, Task
 from envlab.envs.replay.format import LogSession
 from envlab.envs.replay.index import canonical, session_calls
 from envlab.envs.tau.strict import _is_yes
 from envlab.envs.tau.strict import confirmed_writes as tau_confirmed_writes
+from envlab.envs.tau.strict import no_dump as tau_no_dump
+from envlab.envs.tau.strict import own_words as tau_own_words
 
 
 def _multiset(writes: list[list[str]] | list[tuple[str, str]]) -> Counter[tuple[str, str]]:
@@ -80,6 +84,16 @@ def confirmed_writes(ctx: GradingContext) -> float:
     return float(all(unasked[k] <= free[k] for k in needed))
 
 
+def own_words(ctx: GradingContext) -> float:
+    """τ's ``own_words`` where the reference passes it: no message pastes a tool's output."""
+    return tau_own_words(ctx) if ctx.task.answer.get("own_words") else 1.0
+
+
+def no_dump(ctx: GradingContext) -> float:
+    """τ's ``no_dump`` where the reference passes it: few values read repeated to the user."""
+    return tau_no_dump(ctx) if ctx.task.answer.get("no_dump") else 1.0
+
+
 def grounded(ctx: GradingContext) -> float:
     if ctx.task.answer["writes"]:
         return 1.0  # the writes are checked
@@ -105,6 +119,8 @@ REPLAY_RUBRIC = Rubric(
         _gate("no_unlogged_write", no_unlogged_write, "no write the logged session did not make"),
         _gate("confirmed_writes", confirmed_writes, "each write after the user's yes, as logged"),
         _gate("grounded", grounded, "where nothing was written: a logged read, and a reply"),
+        _gate("own_words", own_words, "no tool output pasted to the user, as logged"),
+        _gate("no_dump", no_dump, "few values read repeated to the user, as logged"),
     ]
 )
 
@@ -149,3 +165,11 @@ def reference_calls(
 def confirmed_in(session: LogSession, writes: set[str]) -> list[list[str]]:
     """The writes of the logged session that came right after the user's yes, in order."""
     return [list(key) for key, yes in _writes_and_yes(session_events(session, writes)) if yes]
+
+
+def words_gates_in(session: LogSession, writes: set[str]) -> dict[str, bool]:
+    """Whether the logged session passes τ's ``own_words`` and ``no_dump`` (the episode is held
+    to each only where its reference is)."""
+    placeholder = Task(id=session.session_id, prompt="")
+    ctx = GradingContext(placeholder, None, {"events": session_events(session, writes)})
+    return {"own_words": tau_own_words(ctx) == 1.0, "no_dump": tau_no_dump(ctx) == 1.0}

@@ -22,7 +22,12 @@ from envlab.envs.replay import rubric as rubric_module
 from envlab.envs.replay.episode import ANSWER_ATTR, LoggedUser, ReplayEpisode, user_script
 from envlab.envs.replay.format import LogSession, dump_session, read_logs
 from envlab.envs.replay.index import Answers, LoggedToolSpec, tool_specs
-from envlab.envs.replay.rubric import REPLAY_RUBRIC, confirmed_in, reference_calls
+from envlab.envs.replay.rubric import (
+    REPLAY_RUBRIC,
+    confirmed_in,
+    reference_calls,
+    words_gates_in,
+)
 from envlab.envs.tau import strict as tau_strict
 from envlab.envs.tau.users import UserSimulator
 
@@ -120,6 +125,7 @@ class ReplaySpec(EnvSpec):
                 "writes": [list(w) for w in writes],
                 "reads": [list(r) for r in dict.fromkeys(reads)],
                 "confirmed": confirmed_in(s, self.writes),
+                **words_gates_in(s, self.writes),
             },
             metadata={"goal": s.goal, "sessions": sum(x.task_key == key for x in self.sessions)},
             split=s.split,
