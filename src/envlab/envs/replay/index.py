@@ -40,7 +40,20 @@ def canonical(arguments: dict[str, Any] | str | None) -> str:
             return arguments.strip()
     if value is None:
         value = {}
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except RecursionError:  # nested past the encoder: only the same text matches it
+        return arguments.strip() if isinstance(arguments, str) else f"<too deep {id(value)}>"
+
+
+def _keys(arguments: str) -> list[str]:
+    """The top-level names of logged arguments; none for text that is not a JSON object (a
+    malformed or deeply nested call logged from a run)."""
+    try:
+        parsed = json.loads(arguments) if arguments.startswith("{") else {}
+    except (json.JSONDecodeError, RecursionError):
+        return []
+    return [str(k) for k in parsed] if isinstance(parsed, dict) else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,8 +263,7 @@ def tool_specs(sessions: list[LogSession], answers_attr: str) -> dict[str, Logge
             schemas.setdefault(t["function"]["name"], t["function"])
         for c in logged_calls(s):
             names = seen_args.setdefault(c.name, {})
-            parsed = json.loads(c.arguments) if c.arguments.startswith("{") else {}
-            names.update(dict.fromkeys(parsed))
+            names.update(dict.fromkeys(_keys(c.arguments)))
     specs: dict[str, LoggedToolSpec] = {}
     for name in [*schemas, *(n for n in seen_args if n not in schemas)]:
         fn = schemas.get(name)
