@@ -45,13 +45,6 @@ async def test_deep_arguments_under_a_perturbation_that_does_not_parse_them_stay
     assert t.reward is not None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: transient's call_key (perturb/faults.py) calls json.loads on the agent's raw "
-    "arguments and catches only JSONDecodeError; a call nested past the parser's depth raises "
-    "RecursionError out of the step, so the agent's malformed call becomes env_error (not "
-    "counted) instead of the tool error it is on the clean environment",
-)
 async def test_deep_arguments_under_transient_are_the_agents_tool_error() -> None:
     t = await play(perturb(CalcEnv(), "transient=1"), ScriptAgent([deep_call(), Action(text="0")]))
     assert t.status.value == "ok", t.error
@@ -82,13 +75,6 @@ async def test_a_deep_result_the_agent_made_is_fine_when_clean_or_truncated() ->
         assert t.reward == 1.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: Malformed.apply -> break_json (perturb/faults.py) and Inject.apply "
-    "(perturb/inject.py) call json.loads(result.content) catching only JSONDecodeError; a tool "
-    "result the agent made (an echo, a file it wrote and read) nested past the parser's depth "
-    "raises RecursionError: env_error, not counted, where the clean episode scores",
-)
 @pytest.mark.parametrize("text", ["malformed=1", "inject=1"])
 async def test_a_deep_result_the_agent_made_is_not_env_error_under_result_faults(
     text: str,

@@ -232,7 +232,6 @@ class _Run:
     ) -> None:
         self.spec, self.cfg, self.out, self.observer = spec, cfg, out, observer
         self.env_id, self.env_hash = spec.name, spec.content_hash()
-        self.seed_hash = spec.seed_hash()
         self.store = TrajectoryStore(out / TRAJECTORIES_FILE)
         self.store.lock()  # a second vet on the same --out is refused before anything is lost
         self.store.path.unlink(missing_ok=True)
@@ -251,7 +250,7 @@ class _Run:
         return PlannedEpisode(
             task=ep.task,
             sample_index=ep.sample,
-            ids=episode_ids(self.env_id, self.seed_hash, ep.task.id, run_seed, ep.sample),
+            ids=episode_ids(self.env_id, self.env_hash, ep.task.id, run_seed, ep.sample),
             agent=ep.agent,
             max_retries=ep.max_retries,
             hooks=hooks,

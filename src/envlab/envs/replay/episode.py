@@ -37,7 +37,7 @@ ANSWER_ATTR = "_replay_answer"
 def _parsed(arguments: str) -> Any:
     try:
         return json.loads(arguments)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # too deep to decode: compared as text
         return arguments
 
 

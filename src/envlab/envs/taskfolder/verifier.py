@@ -148,7 +148,7 @@ def _end_report(res: ExecResult) -> tuple[dict[str, Any] | None, str]:
     out, sep, line = res.stdout.rstrip("\n").rpartition("\n" + kit.END)
     if not sep:
         return None, res.stdout
-    with contextlib.suppress(json.JSONDecodeError):
+    with contextlib.suppress(json.JSONDecodeError, RecursionError):  # too deep: no report
         report = json.loads(line)
         if isinstance(report, dict):
             return report, out
