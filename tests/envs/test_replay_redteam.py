@@ -357,8 +357,6 @@ async def test_huge_arguments_are_unanswerable_and_the_episode_is_scored() -> No
         assert t.status.value == "ok" and res.is_error and len(res.content) < 1000, match
 
 
-
-
 @pytest.mark.parametrize("depth", [200, 600])
 async def test_deep_but_parsable_arguments_to_a_tool_without_a_schema_are_scored(
     depth: int,
