@@ -23,7 +23,7 @@ from typing import Any
 from envlab.core import Action, EnvSpec, StepResult
 from envlab.core.wrappers import Awaiting, WrappedSpec, Wrapper
 from envlab.envs.triage import TriageEnv
-from envlab.train.decision import DecisionConfig, DecisionLearner
+from envlab.train.decision_learner import DecisionConfig, DecisionLearner
 from envlab.train.loop import TrainConfig, train
 
 

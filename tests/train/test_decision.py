@@ -31,13 +31,12 @@ from envlab.train.learner import Group, Learner
 torch = pytest.importorskip("torch")
 
 from envlab.train.decision import (  # noqa: E402
-    DecisionConfig,
-    DecisionLearner,
     DecisionPolicy,
     decision,
     load_policy,
     read_decision,
 )
+from envlab.train.decision_learner import DecisionConfig, DecisionLearner  # noqa: E402
 
 OPTIONS = ("page_oncall", "open_incident", "queue_team", "auto_remediate", "close_duplicate")
 SMALL = DecisionConfig(dim=1 << 10, hidden=16, lr=0.05, seed=3)

@@ -372,7 +372,8 @@ def _slow_decision_learner() -> Any:
     """A ``DecisionLearner`` whose own agents run out of time on a quarter of the seeds (a
     machine too busy, a policy too slow): the agent's failure, graded 0."""
     from envlab.envs.triage import OPTIONS
-    from envlab.train.decision import DecisionAgent, DecisionConfig, DecisionLearner, DecisionPolicy
+    from envlab.train.decision import DecisionAgent, DecisionPolicy
+    from envlab.train.decision_learner import DecisionConfig, DecisionLearner
 
     class SlowAgent(DecisionAgent):
         async def start(self, ctx: EpisodeContext) -> None:

@@ -31,7 +31,7 @@ def open_learner(name: str, spec: EnvSpec, tasks: TaskSet, args: dict[str, Any])
     from envlab.core.registry import import_path
 
     if name == "decision":
-        from envlab.train.decision import DecisionConfig, DecisionLearner
+        from envlab.train.decision_learner import DecisionConfig, DecisionLearner
 
         try:
             config = DecisionConfig(**{"seed": tasks.seed, **args})
