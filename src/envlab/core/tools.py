@@ -78,8 +78,10 @@ class ToolSpec:
         """The tool in the OpenAI chat-completions ``tools`` format (a copy to change freely)."""
         return {"type": "function", "function": dict(self.openai["function"])}
 
-    def parse_arguments(self, arguments: dict[str, Any] | str) -> dict[str, Any]:
-        """Validate raw arguments; raise ``ToolCallError`` with a message for the agent."""
+    def decode_arguments(self, arguments: dict[str, Any] | str) -> dict[str, Any]:
+        """The raw arguments as a JSON object nested at most ``MAX_ARGUMENT_DEPTH`` levels;
+        ``ToolCallError`` with a message for the agent otherwise (not JSON, not an object, too
+        deep to decode, copy or record)."""
         if isinstance(arguments, str):
             text = arguments.strip() or "{}"
             try:
@@ -99,6 +101,11 @@ class ToolSpec:
             )
         if _depth_over(arguments, MAX_ARGUMENT_DEPTH):
             raise self._too_deep()
+        return arguments
+
+    def parse_arguments(self, arguments: dict[str, Any] | str) -> dict[str, Any]:
+        """Validate raw arguments; raise ``ToolCallError`` with a message for the agent."""
+        arguments = self.decode_arguments(arguments)
         try:
             parsed = self.model.model_validate(arguments)
         except RecursionError:
@@ -115,8 +122,8 @@ class ToolSpec:
 
     def _too_deep(self) -> ToolCallError:
         return ToolCallError(
-            f"arguments for tool '{self.name}' are nested more than {MAX_ARGUMENT_DEPTH} levels "
-            f"deep; send a flat JSON object, e.g. {self.example()}"
+            f"arguments for tool '{self.name}' are nested too deeply (nested more than "
+            f"{MAX_ARGUMENT_DEPTH} levels deep); send a flat JSON object, e.g. {self.example()}"
         )
 
     def signature(self) -> str:
@@ -137,12 +144,6 @@ MAX_ARGUMENT_DEPTH = 100
 model's reply nested 100,000 deep) are the agent's malformed call (``ToolCallError``): decoding,
 validating, copying or recording them would exhaust Python's recursion limit and end the
 episode as the environment's failure."""
-
-
-def nested_too_deep(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> bool:
-    """Whether ``value`` nests lists and dicts more than ``limit`` levels deep, checked without
-    recursion (so a value too deep to copy or encode can be refused first)."""
-    return _depth_over(value, limit)
 
 
 def _depth_over(value: Any, limit: int) -> bool:

@@ -19,7 +19,6 @@ from typing import Any
 from pydantic import BaseModel
 
 from envlab.core import ToolCallError, ToolSpec
-from envlab.core.tools import MAX_ARGUMENT_DEPTH, nested_too_deep
 from envlab.envs.replay.format import LogSession
 
 FUZZY_MAX_CHARS = 20_000
@@ -202,24 +201,7 @@ class LoggedToolSpec(ToolSpec):
     arguments checked for JSON, required keys, unknown keys and the top-level types."""
 
     def parse_arguments(self, arguments: dict[str, Any] | str) -> dict[str, Any]:
-        if isinstance(arguments, str):
-            text = arguments.strip() or "{}"
-            try:
-                arguments = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise ToolCallError(
-                    f"arguments for tool '{self.name}' are not valid JSON ({e.msg} at char "
-                    f"{e.pos}): {text[:200]!r}. Send a JSON object, e.g. {self.example()}"
-                ) from None
-            except RecursionError:
-                raise self._too_deep() from None
-        if not isinstance(arguments, dict):
-            raise ToolCallError(
-                f"arguments for tool '{self.name}' must be a JSON object, got "
-                f"{type(arguments).__name__}. Example: {self.example()}"
-            )
-        if nested_too_deep(arguments):  # too deep to copy, record or compare with the logs
-            raise self._too_deep()
+        arguments = self.decode_arguments(arguments)  # JSON, an object, not too deep
         problems = self._problems(arguments)
         if problems:
             raise ToolCallError(
@@ -227,12 +209,6 @@ class LoggedToolSpec(ToolSpec):
                 f"Expected {self.signature()}"
             )
         return dict(arguments)
-
-    def _too_deep(self) -> ToolCallError:
-        return ToolCallError(
-            f"arguments for tool '{self.name}' are nested too deeply (more than "
-            f"{MAX_ARGUMENT_DEPTH} levels); send a plain JSON object, e.g. {self.example()}"
-        )
 
     def _problems(self, arguments: dict[str, Any]) -> list[str]:
         props: dict[str, Any] = self.parameters.get("properties") or {}
