@@ -149,7 +149,7 @@ async def test_arguments_are_decoded_once_by_the_environment(
         fake.push(reply, completion("5"))
         traj = await episode(harness(fake, tool_mode=mode))
         assert traj.steps[0].observation.tool_results[0].content == "5", mode
-        assert decoded == ["ToolSpec.parse_arguments"], mode
+        assert decoded == ["ToolSpec.decode_arguments"], mode
 
 
 async def test_a_harness_stop_has_no_model_turn(fake: FakeOpenAI) -> None:

@@ -182,3 +182,26 @@ async def test_combined_python_flags_still_ignore_planted_modules(
     traj = await episode(path, ShellScriptAgent(script))
     assert traj.status is Status.OK, traj.error
     assert traj.reward == 0.0, f"planted code ran in the verifier through {command!r}"
+
+
+async def test_the_verifiers_pytest_loads_no_plugin_installed_next_to_envlab(
+    tmp_path: Path,
+) -> None:
+    """envlab's own pytest grades the task: the plugins installed beside it (pytest-asyncio,
+    pytest-timeout in envlab's dev environment) are not the task's and must not change how its
+    tests run; one the tests name with ``-p`` still loads."""
+    tests = {
+        "test_x.py": (
+            "def test_no_host_plugins(pytestconfig):\n"
+            "    names = {n for n, _ in pytestconfig.pluginmanager.list_name_plugin()}\n"
+            "    assert not names & {'asyncio', 'timeout', 'anyio'}, names\n"
+            "    assert pytestconfig.pluginmanager.has_plugin('pytester')\n"
+        )
+    }
+    test_sh = (
+        "cd /tests && python3 -m pytest -q -p pytester test_x.py"
+        " && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    traj = await episode(make_task(tmp_path, test_sh=test_sh, tests=tests), "noop")
+    assert traj.status is Status.OK, traj.error
+    assert traj.reward == 1.0, traj.info

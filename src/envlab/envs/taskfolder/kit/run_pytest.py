@@ -52,6 +52,10 @@ def main() -> int:
         _mark_missing("pytest")
         return 4
     sys.argv[0] = "pytest"
+    # this pytest is envlab's own: the plugins installed next to it (envlab's dev tools, the
+    # user's) are not the task's, and would change how its tests run (and slow each grade by
+    # scanning every installed package); a plugin the tests need is named with -p
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     return int(pytest.main(sys.argv[1:], plugins=[SessionGuard()]))
 
 
