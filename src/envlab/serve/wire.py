@@ -43,7 +43,10 @@ ENV_ERROR = "env_error"
 INFRA_ERROR = "infra_error"
 """The server's machinery failed (a sandbox that did not start, a reset past its limit):
 never the agent's failure; a client retries the episode."""
-ERROR_CODES = (CAPACITY, BAD_REQUEST, EPISODE_ORDER, ENV_ERROR, INFRA_ERROR)
+IDLE_TIMEOUT = "idle_timeout"
+"""The session was silent longer than the server's ``--idle-timeout`` and is closed (its episode
+is gone, ungraded); the client took too long between frames."""
+ERROR_CODES = (CAPACITY, BAD_REQUEST, EPISODE_ORDER, ENV_ERROR, INFRA_ERROR, IDLE_TIMEOUT)
 
 WS_PATH = "/ws"
 SESSION_HEADER = "X-Envlab-Session"
@@ -173,6 +176,16 @@ class ListTasksRequest(BaseModel):
     split: str = "test"
     seed: int = 0
     n: int | None = Field(None, ge=0)
+
+
+class GetTaskRequest(BaseModel):
+    """Body of ``POST /{env}/task``; the answer is ``{"task": TaskInfo}``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    split: str = "test"
+    index: int
+    seed: int = 0
 
 
 # --- frames ------------------------------------------------------------------------------------
