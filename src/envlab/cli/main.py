@@ -19,6 +19,7 @@ from envlab.cli.gc import gc_cmd
 from envlab.cli.logs_cmd import logs_from_run_cmd, sim_from_logs_cmd
 from envlab.cli.measure_cmds import compare_cmd, report_cmd
 from envlab.cli.robustness_cmd import robustness_cmd
+from envlab.cli.serve_cmd import serve_cmd
 from envlab.cli.serve_model import serve_model_cmd
 from envlab.cli.task import task_app
 from envlab.cli.train_cmd import train_cmd
@@ -111,6 +112,7 @@ app.command("compare")(compare_cmd)
 app.command("report")(report_cmd)
 app.command("vet")(vet_cmd)
 app.add_typer(task_app, name="task")
+app.command("serve")(serve_cmd)
 app.command("serve-model")(serve_model_cmd)
 app.command("arena")(arena_cmd)
 app.command("gc")(gc_cmd)

@@ -22,6 +22,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from envlab.core import ConfigError
 from envlab.serve import wire
 from envlab.serve.sessions import CapacityError, Session, SessionManager
 from envlab.serve.wire import WireError
@@ -29,7 +30,7 @@ from envlab.serve.wire import WireError
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from envlab.core import EnvSpec
+    from envlab.core import EnvSpec, Limits
 
 _HTTP_STATUS = {
     wire.CAPACITY: 503,
@@ -41,12 +42,23 @@ _HTTP_STATUS = {
 
 
 def create_app(
-    spec: "EnvSpec", *, max_sessions: int = 64, idle_timeout: float = 600.0
+    spec: "EnvSpec",
+    *,
+    max_sessions: int = 64,
+    idle_timeout: float = 600.0,
+    limits: "Limits | None" = None,
 ) -> "FastAPI":
-    """The server of ``spec``; ``app.state.sessions`` is its ``SessionManager``."""
+    """The server of ``spec``; ``app.state.sessions`` is its ``SessionManager``. ``limits``: the
+    user's limit overrides, set over each task's own."""
     from fastapi import FastAPI
 
-    manager = SessionManager(spec, max_sessions=max_sessions, idle_timeout=idle_timeout)
+    if max_sessions < 1:
+        raise ConfigError(f"--max-sessions must be >= 1, got {max_sessions}")
+    if idle_timeout <= 0:
+        raise ConfigError(f"--idle-timeout must be > 0 seconds, got {idle_timeout}")
+    manager = SessionManager(
+        spec, max_sessions=max_sessions, idle_timeout=idle_timeout, limits=limits
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:

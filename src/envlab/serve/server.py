@@ -11,17 +11,24 @@ from typing import TYPE_CHECKING, Any
 from envlab.core import ConfigError, InfraError
 
 if TYPE_CHECKING:
-    from envlab.core import EnvSpec
+    from envlab.core import EnvSpec, Limits
     from envlab.serve.sessions import SessionManager
 
 
-def _uvicorn_config(app: Any, host: str, port: int, log_level: str) -> Any:
+def require_serve() -> None:
+    """A ``ConfigError`` saying how to install the extra if FastAPI or uvicorn is missing."""
     try:
-        import uvicorn
-    except ImportError:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
         raise ConfigError(
-            "envlab serve needs FastAPI and uvicorn: pip install 'envlab[serve]'"
+            f"envlab serve needs FastAPI and uvicorn ({e}): pip install 'envlab[serve]'"
         ) from None
+
+
+def _uvicorn_config(app: Any, host: str, port: int, log_level: str) -> Any:
+    import uvicorn
+
     return uvicorn.Config(
         app,
         host=host,
@@ -42,14 +49,16 @@ def serve(
     port: int = 8000,
     max_sessions: int = 64,
     idle_timeout: float = 600.0,
+    limits: Limits | None = None,
     log_level: str = "warning",
 ) -> None:
     """Serve ``spec`` until interrupted; a shutdown (Ctrl-C, SIGTERM) closes every episode."""
+    require_serve()
     import uvicorn
 
     from envlab.serve.app import create_app
 
-    app = create_app(spec, max_sessions=max_sessions, idle_timeout=idle_timeout)
+    app = create_app(spec, max_sessions=max_sessions, idle_timeout=idle_timeout, limits=limits)
     uvicorn.Server(_uvicorn_config(app, host, port, log_level)).run()
 
 
@@ -69,13 +78,17 @@ class ServerThread:
         port: int = 0,
         max_sessions: int = 64,
         idle_timeout: float = 600.0,
+        limits: Limits | None = None,
         log_level: str = "warning",
     ) -> None:
+        require_serve()
         import uvicorn
 
         from envlab.serve.app import create_app
 
-        self.app = create_app(spec, max_sessions=max_sessions, idle_timeout=idle_timeout)
+        self.app = create_app(
+            spec, max_sessions=max_sessions, idle_timeout=idle_timeout, limits=limits
+        )
         self.sessions: SessionManager = self.app.state.sessions
         self.host = host
         self._server = uvicorn.Server(_uvicorn_config(self.app, host, port, log_level))

@@ -95,7 +95,7 @@ class Session:
         task = self.manager.pick_task(req)
         await self.close_episode()
         spec = self.manager.spec
-        self.limits = limits = spec.limits(task)
+        self.limits = limits = self.manager.overrides.over(spec.limits(task))
         self.task, self.seed, self.episode_id = task, req.seed, req.episode_id
         self.step_count, self.step_rewards, self.ended, self.final_state = 0, 0.0, False, {}
         self.busy = True
@@ -215,10 +215,20 @@ class Session:
 
 
 class SessionManager:
-    """The server's sessions: at most ``max_sessions``, idle ones reaped after ``idle_timeout``."""
+    """The server's sessions: at most ``max_sessions``, idle ones reaped after ``idle_timeout``;
+    each episode's limits are ``limits.over(spec.limits(task))``."""
 
-    def __init__(self, spec: EnvSpec, *, max_sessions: int = 64, idle_timeout: float = 600.0):
+    def __init__(
+        self,
+        spec: EnvSpec,
+        *,
+        max_sessions: int = 64,
+        idle_timeout: float = 600.0,
+        limits: Limits | None = None,
+    ) -> None:
         self.spec, self.max_sessions, self.idle_timeout = spec, max_sessions, idle_timeout
+        self.overrides = limits or Limits.overrides()
+        """The user's limits, set over each task's own (as ``envlab eval`` does)."""
         self.sessions: dict[str, Session] = {}
         self.live_episodes = 0
         self.reaped = 0
