@@ -46,6 +46,17 @@ def check_sandbox(sandbox: str | None) -> None:
         raise ConfigError(f"--sandbox must be one of {', '.join(SANDBOXES)}, got {sandbox!r}")
 
 
+def check_backend(backend: str, address: str | None) -> None:
+    """``--backend``/``--address`` checked before anything runs (Ray is not imported here)."""
+    from envlab.core.errors import ConfigError
+    from envlab.rollout.runner import BACKENDS
+
+    if backend not in BACKENDS:
+        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if address is not None and backend != "ray":
+        raise ConfigError("--address names a Ray cluster; it needs --backend ray")
+
+
 def open_env(name: str, config: dict[str, Any], sandbox: str | None = None) -> EnvSpec:
     """The spec called ``name`` (a registered name, ``module:attr``, ``file.py:attr`` or a task
     folder path), with ``config``; ``sandbox`` goes into the config of specs that take one."""
@@ -175,6 +186,22 @@ def eval_cmd(
     perturb: Annotated[
         str | None, typer.Option("--perturb", metavar="NAME=VALUE,...", help=PERTURB_HELP)
     ] = None,
+    backend: Annotated[
+        str,
+        typer.Option(
+            "--backend",
+            metavar="local|ray",
+            help="Where episodes run: this process, or Ray actors (docs/ray.md).",
+        ),
+    ] = "local",
+    address: Annotated[
+        str | None,
+        typer.Option(
+            "--address",
+            metavar="ADDR",
+            help="Ray cluster of --backend ray: auto, ray://HOST:10001 (default: a local one).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="Hide the progress bar.")
@@ -190,6 +217,7 @@ def eval_cmd(
 
     if tasks is not None and tasks < 1:
         raise ConfigError(f"--tasks must be >= 1, got {tasks}")
+    check_backend(backend, address)
     overrides = limit_overrides(max_steps, step_timeout, episode_timeout, grade_timeout)
     spec = open_env(env, parse_kv(env_arg or [], "--env-arg"), sandbox)
     spec = with_perturbations(spec, perturb)
@@ -206,7 +234,7 @@ def eval_cmd(
                     spec, factory, task_set, out_dir=out_dir, samples=samples,
                     concurrency=concurrency, seed=seed, resume=resume, config=config,
                     observer=progress, pass_threshold=pass_threshold,
-                    command=["envlab", *sys.argv[1:]],
+                    command=["envlab", *sys.argv[1:]], backend=backend, ray_address=address,
                 )  # fmt: skip
         finally:
             await factory.aclose()

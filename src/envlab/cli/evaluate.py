@@ -105,12 +105,15 @@ async def evaluate(
     command: list[str] | None = None,
     must_pass: Iterable[str] | None = None,
     confidence: float = 0.95,
+    backend: str = "local",
+    ray_address: str | None = None,
 ) -> Evaluation:
     """Run (or finish) the rollout, then write ``summary.json`` next to the trajectories.
 
     Gating tasks are those named in ``must_pass`` plus every task whose metadata says
     ``must_pass: true``; the summary reports them apart from the mean (``gate``). ``agent`` is
-    the caller's to close (``await agent.aclose()``).
+    the caller's to close (``await agent.aclose()``). ``backend="ray"`` runs the episodes on
+    Ray actors (at ``ray_address``, else a local instance; docs/ray.md).
     """
     from envlab.measure.summary import summarize
     from envlab.rollout import rollout, watch
@@ -130,6 +133,8 @@ async def evaluate(
             config=config,
             observer=observer,
             command=command,
+            backend=backend,
+            ray_address=ray_address,
         )
     gating = list(must_pass or []) + [t.id for t in tasks if t.metadata.get("must_pass") is True]
     summary = summarize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -35,6 +36,9 @@ from envlab.runs import (
     load_run_info,
     write_run_info,
 )
+
+BACKENDS = ("local", "ray")
+"""Where a run's episodes run: this process (asyncio tasks) or Ray actors."""
 
 
 @dataclass(slots=True)
@@ -71,8 +75,13 @@ async def rollout(
     config: EpisodeConfig | None = None,
     observer: RunObserver | None = None,
     command: list[str] | None = None,
+    backend: str = "local",
+    ray_address: str | None = None,
 ) -> RolloutResult:
     """Run ``tasks x samples`` episodes into ``out_dir``; with ``resume``, only the missing ones.
+
+    ``backend="ray"`` runs the episodes on Ray actors (``rollout.ray_backend``; at
+    ``ray_address``, else a local instance): the same plan, records and resume.
 
     The run directory is locked for the whole run: a second writer (two ``--resume`` at once)
     is refused with a ``StoreError`` naming this process's pid. The caller that made ``agent``
@@ -83,6 +92,10 @@ async def rollout(
         raise ConfigError(f"--concurrency must be >= 1, got {concurrency}")
     if len(tasks) == 0:
         raise ConfigError("the task set is empty; ask for at least one task (--tasks N)")
+    if backend not in BACKENDS:
+        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if ray_address is not None and backend != "ray":
+        raise ConfigError("--address names a Ray cluster; it needs --backend ray")
     cfg = config or EpisodeConfig()
     run_dir = Path(out_dir)
     info = _run_info(spec, agent.spec, tasks, seed, samples, concurrency, cfg, command)
@@ -110,9 +123,7 @@ async def rollout(
 
             t0 = time.perf_counter()
             with store:
-                await run_episodes(
-                    spec, todo, config=cfg, concurrency=concurrency, on_trajectory=keep
-                )
+                await _run_plan(spec, todo, cfg, concurrency, keep, backend, ray_address)
         finally:
             store.close()
     return RolloutResult(
@@ -124,6 +135,26 @@ async def rollout(
         elapsed_s=time.perf_counter() - t0,
         notes=notes,
     )
+
+
+async def _run_plan(
+    spec: EnvSpec,
+    todo: list[PlannedEpisode],
+    cfg: EpisodeConfig,
+    concurrency: int,
+    keep: Callable[[PlannedEpisode, Trajectory], None],
+    backend: str,
+    ray_address: str | None,
+) -> None:
+    if backend == "ray":  # Ray is imported only here: a local run never loads it
+        from envlab.rollout.ray_backend import run_episodes_on_ray
+
+        await run_episodes_on_ray(
+            spec, todo, config=cfg, concurrency=concurrency, on_trajectory=keep,
+            address=ray_address,
+        )  # fmt: skip
+    else:
+        await run_episodes(spec, todo, config=cfg, concurrency=concurrency, on_trajectory=keep)
 
 
 def _plan(
