@@ -27,6 +27,7 @@ from envlab.core import (
     Trajectory,
 )
 from envlab.envs import load_env
+from envlab.envs.arith import ArithEnv
 from envlab.rollout import rollout
 from envlab.runs import TrajectoryStore
 from tests.conftest import subprocess_env
@@ -89,13 +90,15 @@ def _outcome(t: Trajectory) -> tuple[Any, ...]:
     return (t.task_id, t.seed, t.status.value, t.reward, t.components, t.n_steps, t.env_hash)
 
 
-@pytest.mark.parametrize(("env_name", "agent_name"), [
-    ("arith", "oracle"), ("arith", "random"), ("calc", "oracle"), ("calc", "random"),
+@pytest.mark.parametrize(("env_name", "agent_name", "concurrency"), [
+    ("arith", "oracle", 2), ("arith", "random", 1), ("calc", "oracle", 1), ("calc", "random", 2),
 ])  # fmt: skip
-async def test_same_rewards_as_local(tmp_path: Path, env_name: str, agent_name: str) -> None:
+async def test_same_rewards_as_local(
+    tmp_path: Path, env_name: str, agent_name: str, concurrency: int
+) -> None:
     spec, agent = load_env(env_name), load_agent(agent_name)
     tasks = spec.tasks(n=3)
-    run = dict(samples=2, concurrency=2, seed=7)
+    run = dict(samples=2, concurrency=concurrency, seed=7)
     await rollout(spec, agent, tasks, out_dir=tmp_path / "local", **run)  # type: ignore[arg-type]
     r = await rollout(spec, agent, tasks, out_dir=tmp_path / "ray", backend="ray", **run)  # type: ignore[arg-type]
     local, remote = outcomes(tmp_path / "local"), outcomes(tmp_path / "ray")
@@ -217,3 +220,44 @@ def test_eval_cli_backend_ray(tmp_path: Path) -> None:
     assert bad.returncode != 0 and "--address names a Ray cluster; it needs --backend ray" in (
         bad.stderr
     )
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
+DRIVER_PID = os.getpid()
+
+
+class OtherCodeOnWorkers(ArithEnv):
+    """Arith whose code hashes differently outside the driver: a node with other code."""
+
+    def _compute_hash(self) -> str:
+        return super()._compute_hash() + ("" if os.getpid() == DRIVER_PID else "-other")
+
+
+class MissingOnWorkers(ArithEnv):
+    """Arith whose definition cannot be read outside the driver: a node lacking files."""
+
+    def _compute_hash(self) -> str:
+        if os.getpid() != DRIVER_PID:
+            raise FileNotFoundError("/srv/tasks/task.toml")
+        return super()._compute_hash()
+
+
+async def test_task_folders_in_sandboxes_on_ray(tmp_path: Path) -> None:
+    spec, agent = load_env(str(EXAMPLES / "hello-file"), sandbox="bwrap"), load_agent("oracle")
+    tasks = spec.tasks()
+    await rollout(spec, agent, tasks, out_dir=tmp_path / "local", samples=2, concurrency=2)
+    r = await rollout(
+        spec, agent, tasks, out_dir=tmp_path / "ray", samples=2, concurrency=2, backend="ray"
+    )
+    assert outcomes(tmp_path / "ray") == outcomes(tmp_path / "local")
+    assert [rec.reward for rec in r.records] == [1.0, 1.0]
+
+
+async def test_workers_with_other_code_stop_the_run(tmp_path: Path) -> None:
+    tasks, agent = ArithEnv().tasks(n=2), load_agent("oracle")
+    one_actor: dict[str, Any] = {"backend": "ray", "concurrency": 1}
+    with pytest.raises(ConfigError, match=r"computes content hash .* the driver .* other code"):
+        await rollout(OtherCodeOnWorkers(), agent, tasks, out_dir=tmp_path / "a", **one_actor)
+    with pytest.raises(ConfigError, match=r"cannot load the environment: FileNotFoundError"):
+        await rollout(MissingOnWorkers(), agent, tasks, out_dir=tmp_path / "b", **one_actor)
+    assert not (tmp_path / "a" / "trajectories.jsonl").read_text()  # nothing scored by them

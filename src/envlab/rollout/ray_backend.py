@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import pickle
+import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,31 +86,51 @@ def shipped(obj: object, what: str) -> bytes:
         ) from e
 
 
-class EnvHashMismatch(ConfigError):
-    """A worker computes another content hash for the spec: it runs other code."""
+class WorkerSetupError(ConfigError):
+    """A worker cannot load the run's spec or agent, or computes another content hash for the
+    spec: its node has other code (or lacks files). Raised on the driver; the run stops."""
+
+
+_DEPLOY_HINT = (
+    "Every Ray node needs the same envlab, the environment's and agent's code and any task "
+    "folders at the same paths (install them there, or use a runtime_env); then run again"
+)
 
 
 class EpisodeWorker:
     """A Ray actor: one spec instance, the run's agent factories, one episode at a time."""
 
     def __init__(self, spec_blob: bytes, env_hash: str) -> None:
-        self._spec: EnvSpec = pickle.loads(spec_blob)
         self._expected = env_hash
-        self._hash = self._spec.content_hash()
         self._agents: dict[str, AgentFactory] = {}
+        self._setup_error: str | None = None
+        try:
+            self._spec: EnvSpec = pickle.loads(spec_blob)
+            actual = _recomputed_hash(self._spec)
+        except Exception as e:
+            self._setup_error = f"cannot load the environment: {type(e).__name__}: {e}"
+            return
+        if actual != env_hash:
+            self._setup_error = (
+                f"computes content hash {actual} for environment {self._spec.name!r}, the "
+                f"driver {env_hash}: it runs other code or another envlab version"
+            )
+
+    def _refuse(self, problem: str) -> WorkerSetupError:
+        return WorkerSetupError(
+            f"the Ray worker on {socket.gethostname()} {problem}. {_DEPLOY_HINT}"
+        )
 
     async def run(
         self, key: str, agent_blob: bytes, episode_blob: bytes, config: EpisodeConfig
     ) -> bytes:
-        if self._hash != self._expected:
-            raise EnvHashMismatch(
-                f"the Ray workers compute content hash {self._hash} for environment "
-                f"{self._spec.name!r}, the driver {self._expected}: they run other code or "
-                "another envlab version. Install the same envlab and environment code on every "
-                "node (or use a runtime_env), then run again"
-            )
+        if self._setup_error is not None:
+            raise self._refuse(self._setup_error)
         if key not in self._agents:
-            self._agents[key] = pickle.loads(agent_blob)
+            try:
+                self._agents[key] = pickle.loads(agent_blob)
+            except Exception as e:
+                raise self._refuse(f"cannot load the agent: {type(e).__name__}: {e}") from e
         task, sample_index, ids, max_retries, hooks, info = pickle.loads(episode_blob)
         planned = PlannedEpisode(
             task, sample_index, ids, self._agents[key], max_retries, hooks, info
@@ -187,7 +208,7 @@ class _Pool:
         ref = self.actor(slot).run.remote(key, agent_ref, blob, self.cfg)
         self.in_flight[slot] = ref
         try:
-            data: bytes = await ref
+            data: bytes = await asyncio.wrap_future(ref.future())  # Ray Client's refs too
         except asyncio.CancelledError:
             raise
         except BaseException:
@@ -312,6 +333,23 @@ def _lost(spec: EnvSpec, planned: PlannedEpisode, lost: list[str], env_hash: str
         error=EpisodeError(kind="infra", phase="engine", message=message),
         info={**planned.info, "ray_workers_lost": lost},
     )
+
+
+def _recomputed_hash(spec: EnvSpec) -> str:
+    """The content hash of ``spec`` as this process's code computes it: the hash a spec caches
+    (``EnvSpec.content_hash``) came pickled from the driver, so it is dropped first, in the
+    specs a wrapped spec holds too."""
+    seen: set[int] = set()
+    todo: list[EnvSpec] = [spec]
+    while todo:
+        s = todo.pop()
+        if id(s) in seen:
+            continue
+        seen.add(id(s))
+        attrs = getattr(s, "__dict__", {})
+        attrs.pop("_content_hash", None)
+        todo.extend(v for v in attrs.values() if isinstance(v, EnvSpec))
+    return spec.content_hash()
 
 
 def _headline(e: BaseException) -> str:
