@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -261,3 +262,32 @@ async def test_workers_with_other_code_stop_the_run(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"cannot load the environment: FileNotFoundError"):
         await rollout(MissingOnWorkers(), agent, tasks, out_dir=tmp_path / "b", **one_actor)
     assert not (tmp_path / "a" / "trajectories.jsonl").read_text()  # nothing scored by them
+
+
+def _ray_daemons() -> int:
+    """How many Ray raylet/GCS processes run on this machine now."""
+    n = 0
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv0 = cmdline.read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        n += argv0.endswith((b"/raylet", b"/gcs_server"))
+    return n
+
+
+def test_eval_cli_starts_and_stops_its_own_ray(tmp_path: Path) -> None:
+    before = _ray_daemons()
+    out = tmp_path / "run"
+    r = subprocess.run(
+        [sys.executable, "-m", "envlab.cli.main", "eval", "calc", "-a", "oracle", "-n", "2",
+         "-c", "2", "-o", str(out), "--json", "--backend", "ray"],
+        capture_output=True, text=True, env=subprocess_env(), timeout=240,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["n_scored"] == 2 and len(outcomes(out)) == 2
+    for _ in range(100):  # a guard for the daemons' exit, not a speed bound
+        if _ray_daemons() == before:
+            break
+        time.sleep(0.1)
+    assert _ray_daemons() == before  # the instance it started is gone with it
