@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from envlab.core import Component, GraderFailed, GradingContext, Limits, Rubric
-from tests.support.envs import EchoEnv, EchoEpisode
+from tests.support.envs import EchoConfig, EchoEnv, EchoEpisode
 
 CLOSED: list[str] = []
 """Task ids of the ``Recorded`` episodes closed so far (the server runs in this process)."""
@@ -47,3 +47,24 @@ class CrashingStepEpisode(EchoEpisode):
 
 class CrashingStep(EchoEnv):
     environment = CrashingStepEpisode
+
+
+class LoggedConfig(EchoConfig):
+    close_log: str
+    """A file each closed episode appends its task id to (for servers in another process)."""
+
+
+class LoggedEpisode(EchoEpisode):
+    async def close(self) -> None:
+        assert isinstance(self.spec, Logged)
+        with open(self.spec.config.close_log, "a") as f:
+            f.write(f"{self.task.id if self.task is not None else '?'}\n")
+        await super().close()
+
+
+class Logged(EchoEnv):
+    """``echo`` whose episodes append their task id to ``close_log`` when closed."""
+
+    Config = LoggedConfig
+    environment = LoggedEpisode
+    config: LoggedConfig

@@ -106,11 +106,51 @@ def _add_ws(app: "FastAPI", manager: SessionManager) -> None:
 
 
 async def _serve_ws(websocket: Any, session: Session, idle: float) -> None:
-    receive, send = websocket.receive, websocket.send_text
+    """Answer the session's frames in order. A reader task takes the socket's messages; when the
+    client goes away in the middle of a reset, step or grade, it cancels that work at once (the
+    episode and its sandbox are closed by the session on the way out)."""
+    inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    me = asyncio.current_task()
+    assert me is not None
+    flags = {"busy": False, "gone": False}
+
+    async def read() -> None:
+        try:
+            while True:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                inbox.put_nowait(message)
+        except Exception:  # a broken socket is a disconnect
+            pass
+        flags["gone"] = True
+        inbox.put_nowait({"type": "websocket.disconnect"})
+        if flags["busy"]:
+            me.cancel()
+
+    reader = asyncio.get_running_loop().create_task(read())
+    try:
+        await _answer_frames(websocket, session, idle, inbox, flags)
+    except asyncio.CancelledError:
+        if not flags["gone"]:
+            raise
+        me.uncancel()  # our own cancel: the client left mid-frame
+    finally:
+        reader.cancel()
+
+
+async def _answer_frames(
+    websocket: Any,
+    session: Session,
+    idle: float,
+    inbox: asyncio.Queue[dict[str, Any]],
+    flags: dict[str, bool],
+) -> None:
+    send = websocket.send_text
     while True:
         try:
             async with asyncio.timeout(idle):
-                message = await receive()
+                message = await inbox.get()
         except TimeoutError:
             msg = (
                 f"the session was idle for more than {idle}s (--idle-timeout) and is closed; "
@@ -123,6 +163,7 @@ async def _serve_ws(websocket: Any, session: Session, idle: float) -> None:
         raw = message.get("text")
         if raw is None:
             raw = message.get("bytes") or b""
+        flags["busy"] = True
         try:
             kind, data = wire.parse_client_frame(raw)
             if kind == "step":
@@ -135,6 +176,8 @@ async def _serve_ws(websocket: Any, session: Session, idle: float) -> None:
                 return
         except WireError as e:
             frame = wire.error_frame(e.code, str(e))
+        finally:
+            flags["busy"] = False
         await send(_dumps(frame))
 
 
