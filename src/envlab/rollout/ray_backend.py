@@ -10,8 +10,10 @@ recorded by the driver, in the order episodes finish, exactly as the local backe
 A worker that dies (its process killed, its node lost) is the machinery's failure: its episode
 is run again from the start on a fresh actor, each lost try counted in ``trajectory.attempts``
 and within the same ``max_retries`` budget as any ``infra_error``; when every try is lost the
-episode is recorded once, as ``infra_error``, and the run goes on. An error raised by the
-episode driver itself (a ``ConfigError``) stops the run as it does locally.
+episode is recorded once, as ``infra_error``, and the run goes on. A worker that cannot load
+the run (other code on its node: the content hash it computes differs; a missing file or
+module) stops it with a ``WorkerSetupError`` (a ``ConfigError``), as does an error raised by the
+episode driver itself, as it would locally. docs/ray.md has the user's side.
 """
 
 from __future__ import annotations
@@ -188,8 +190,6 @@ class _Pool:
             except exc.RayTaskError as e:  # the driver raised on the actor: as it would here
                 cause = getattr(e, "cause", None)
                 raise (cause if isinstance(cause, Exception) else e) from None
-            except exc.TaskCancelledError:
-                raise asyncio.CancelledError() from None
             except exc.RayError as e:  # the worker, its node or its objects are gone
                 lost.append(f"{type(e).__name__}: {_headline(e)}")
                 self.lose(slot)
