@@ -14,7 +14,12 @@ ENVS = Registry("envlab.envs", "environment")
 def load_env(name: str, **kwargs: Any) -> EnvSpec:
     """The spec of an environment by registered name, ``module:Spec`` path, or the path of a
     task folder (or of a directory of task folders), or a replay directory (``replay.json``,
-    written by ``envlab sim-from-logs``), configured with ``kwargs``."""
+    written by ``envlab sim-from-logs``), or a ``ws://``/``wss://`` URL of a server speaking
+    OpenEnv's protocol (``RemoteEnv``, docs/remote.md), configured with ``kwargs``."""
+    if name.startswith(("ws://", "wss://")):  # a remote environment, before the path check
+        from envlab.envs.remote import load_remote_env
+
+        return load_remote_env(name, **kwargs)
     is_python_file = name.partition(":")[0].endswith(".py")
     if not is_python_file and ("/" in name or name.startswith(".") or Path(name).is_dir()):
         path = Path(name)
