@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -9,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,7 @@ async def test_resume_after_an_interrupted_ray_run(tmp_path: Path) -> None:
             observer=StopsAfter(3),
         )  # fmt: skip
     assert len(outcomes(out)) == 3
+    await _until(lambda: _processes("ray::EpisodeWorker") == 0)  # its actors were ended
     r = await rollout(
         spec, agent, tasks, out_dir=out, samples=2, concurrency=2, backend="ray", resume=True
     )
@@ -264,16 +266,29 @@ async def test_workers_with_other_code_stop_the_run(tmp_path: Path) -> None:
     assert not (tmp_path / "a" / "trajectories.jsonl").read_text()  # nothing scored by them
 
 
-def _ray_daemons() -> int:
-    """How many Ray raylet/GCS processes run on this machine now."""
+def _processes(*names: str) -> int:
+    """How many processes on this machine have a first argument ending in one of ``names``
+    (Ray's daemons are ``.../raylet``; an actor's worker retitles itself ``ray::Class``)."""
     n = 0
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            argv0 = cmdline.read_bytes().split(b"\0")[0]
+            argv0 = cmdline.read_bytes().split(b"\0")[0].decode(errors="replace")
         except OSError:
             continue
-        n += argv0.endswith((b"/raylet", b"/gcs_server"))
+        n += argv0.endswith(names)
     return n
+
+
+def _ray_daemons() -> int:
+    return _processes("/raylet", "/gcs_server")
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    for _ in range(100):  # a guard for processes to exit, not a speed bound
+        if check():
+            return
+        await asyncio.sleep(0.1)
+    assert check()
 
 
 def test_eval_cli_starts_and_stops_its_own_ray(tmp_path: Path) -> None:
