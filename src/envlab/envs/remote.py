@@ -109,7 +109,7 @@ class RemoteEnv(EnvSpec):
             names = self._http("GET", "/list_environments", missing_ok=True)
             env_name = names[0] if isinstance(names, list) and names else None
             mode = self.config.mode
-            envlab = mode == "envlab" or (mode == "auto" and _speaks_envlab(schema))
+            envlab = mode == "envlab" or (mode == "auto" and _speaks_envlab(schema, metadata))
             self._info = ServerInfo(schema, metadata or {}, env_name, envlab)
         return self._info
 
@@ -209,13 +209,15 @@ _PROMPT_KEYS = ("prompt", "question", "instruction", "input")
 _ANSWER_KEYS = ("answer", "solution", "target", "expected")
 
 
-def _speaks_envlab(schema: Any) -> bool:
-    """Whether ``/schema`` shows envlab's action (text, tool_calls) and observation."""
+def _speaks_envlab(schema: Any, metadata: Any) -> bool:
+    """Whether the server is ``envlab serve``: its ``/metadata`` says so, or ``/schema`` shows
+    envlab's action (``text``, ``tool_calls``)."""
+    if isinstance(metadata, dict) and str(metadata.get("server", "")).startswith("envlab "):
+        return True
     if not isinstance(schema, dict):
         return False
     action = (schema.get("action") or {}).get("properties") or {}
-    obs = (schema.get("observation") or {}).get("properties") or {}
-    return {"text", "tool_calls"} <= set(action) and {"text", "tool_results"} <= set(obs)
+    return {"text", "tool_calls"} <= set(action)
 
 
 def is_remote_url(name: str) -> bool:
