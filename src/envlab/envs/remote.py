@@ -60,6 +60,11 @@ class RemoteConfig(BaseModel):
         return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
+class ServerUnreachable(ConfigError):
+    """The server did not answer over HTTP: a wrong URL when the run starts (``ConfigError``),
+    the machinery's failure (``InfraError``) when an episode's reset meets it."""
+
+
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
     """What the spec asked the server once: its schemas, metadata and Task API."""
@@ -134,7 +139,7 @@ class RemoteEnv(EnvSpec):
             ) from None
         except (urllib.error.URLError, OSError, ValueError) as e:
             reason = getattr(e, "reason", e)
-            raise ConfigError(
+            raise ServerUnreachable(
                 f"cannot reach the environment server at {self.http_url} ({method} {path}: "
                 f"{reason}); start it (e.g. `envlab serve ENV --port PORT`) or check the URL"
             ) from None
@@ -224,11 +229,18 @@ def is_remote_url(name: str) -> bool:
     return name.startswith(("ws://", "wss://"))
 
 
-def load_remote_env(url: str, **kwargs: Any) -> RemoteEnv:
-    """The ``RemoteEnv`` of ``url`` (``load_env("ws://...")``), configured with ``kwargs``."""
+def load_remote_env(name: str, **kwargs: Any) -> RemoteEnv:
+    """The ``RemoteEnv`` of the URL ``name`` (``load_env("ws://...")``), with ``kwargs``."""
     if "url" in kwargs:
-        raise ConfigError(f"give the URL once: as ENV ({url!r}), not also as --env-arg url=")
-    return RemoteEnv(url=url, **kwargs)
+        raise ConfigError(f"give the URL once: as ENV ({name!r}), not also as --env-arg url=")
+    return RemoteEnv(url=name, **kwargs)
 
 
-__all__ = ["RemoteConfig", "RemoteEnv", "ServerInfo", "is_remote_url", "load_remote_env"]
+__all__ = [
+    "RemoteConfig",
+    "RemoteEnv",
+    "ServerInfo",
+    "ServerUnreachable",
+    "is_remote_url",
+    "load_remote_env",
+]

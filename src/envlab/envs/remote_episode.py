@@ -76,7 +76,12 @@ class RemoteEpisode(Environment):
 
     # --- the episode --------------------------------------------------------------------------
     async def reset(self, task: Task, seed: int | None = None) -> Observation:
-        info = self.spec.server()
+        from envlab.envs.remote import ServerUnreachable
+
+        try:
+            info = await asyncio.to_thread(self.spec.server)
+        except ServerUnreachable as e:
+            raise InfraError(str(e)) from None
         self._envlab = info.envlab
         ref = dict(task.metadata.get("remote_task") or {})
         if not self._envlab:
@@ -277,8 +282,9 @@ class RemoteEpisode(Environment):
         ws = self._ws
         if ws is None:
             raise InfraError(f"no connection to {self.spec.ws_url} ({phase})")
-        try:
+        with contextlib.suppress(ConnectionClosed):  # a refusal may already wait to be read
             await ws.send(json.dumps(frame))
+        try:
             raw = await ws.recv()
         except ConnectionClosed as e:
             raise InfraError(
