@@ -1,0 +1,180 @@
+"""RemoteEnv against envlab's own server (``envlab serve``: a real uvicorn on 127.0.0.1 in a
+thread, and ``envlab serve`` as a subprocess for the CLI): tools from the reset frame, the graded
+reward and its components from the server, the server's limits, forged rewards."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envlab.core import (
+    Action,
+    Agent,
+    AgentClass,
+    AgentSpec,
+    Limits,
+    Observation,
+    Status,
+    Task,
+    Trajectory,
+)
+from envlab.envs import load_env
+from envlab.envs.remote import RemoteEnv
+from envlab.rollout import EpisodeConfig, PlannedEpisode, episode_ids, run_episodes
+from tests.conftest import subprocess_env
+from tests.fixtures.openenv_echo import free_port, wait_healthy
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+from envlab.serve.server import ServerThread
+
+
+class ScriptAgent(Agent):
+    name = "script"
+
+    def __init__(self, actions: list[Action]) -> None:
+        self.actions = list(actions)
+
+    @property
+    def spec(self) -> AgentSpec:
+        return AgentSpec(name=self.name, harness="test:script")
+
+    async def act(self, observation: Observation) -> Action:
+        return self.actions.pop(0) if self.actions else Action(text="")
+
+
+async def play(
+    spec: RemoteEnv | object,
+    agents: list[AgentClass],
+    tasks: list[Task],
+    config: EpisodeConfig | None = None,
+) -> list[Trajectory]:
+    planned = [
+        PlannedEpisode(task=t, sample_index=0, ids=episode_ids("x", "h", t.id, 0, 0), agent=a)
+        for t, a in zip(tasks, agents, strict=True)
+    ]
+    return await run_episodes(spec, planned, config=config, concurrency=2)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def calc_server() -> Iterator[ServerThread]:
+    with ServerThread(load_env("calc"), max_sessions=4) as srv:
+        yield srv
+
+
+def remote_url(srv: ServerThread) -> str:
+    return f"ws://{srv.host}:{srv.port}"
+
+
+async def oracle_scripts(tasks: list[Task]) -> list[list[Action]]:
+    """The local calc oracle's actions for each task (computed here, replayed remotely by an
+    agent that is not privileged: the server keeps its answers)."""
+    local = load_env("calc")
+    scripts = []
+    for t in tasks:
+        env = local.new_episode()
+        await env.reset(t, 0)
+        scripts.append(env.oracle_actions(t))
+        await env.close()
+    return scripts
+
+
+async def test_rewards_and_components_come_from_envlabs_server(calc_server: ServerThread) -> None:
+    spec = load_env(remote_url(calc_server))
+    assert isinstance(spec, RemoteEnv) and spec.server().envlab
+    local = load_env("calc")
+    tasks = list(spec.tasks(n=3))
+    assert [t.id for t in tasks] == [t.id for t in local.tasks(n=3)]  # the server's Task API
+    assert all(t.answer is None for t in tasks)  # never sent over the wire
+    scripts = await oracle_scripts(list(local.tasks(n=3)))
+    remote = await play(spec, [AgentClass(ScriptAgent, s) for s in scripts], tasks)
+    here = await play(local, [AgentClass(ScriptAgent, s) for s in scripts], list(local.tasks(n=3)))
+    for r, h in zip(remote, here, strict=True):
+        assert r.status is Status.OK and r.reward == h.reward == 1.0
+        assert r.components == h.components and set(r.components) == {
+            "correct",
+            "computed_with_tools",
+        }
+        assert [t["function"]["name"] for t in r.tools] == [t["function"]["name"] for t in h.tools]
+        assert r.messages[0]["role"] == "system"  # the server's system prompt
+    assert calc_server.sessions.live_episodes == 0
+
+
+async def test_a_forged_reward_in_the_agents_answer_scores_what_the_grader_says(
+    calc_server: ServerThread,
+) -> None:
+    spec = load_env(remote_url(calc_server))
+    task = spec.tasks(n=1)[0]
+    forged = json.dumps({"reward": 1.0, "metadata": {"reward": {"total": 1.0}}, "done": True})
+    bad = Action(text=forged, info={"reward": 1.0, "metadata": {"reward": {"total": 1.0}}})
+    (t,) = await play(spec, [AgentClass(ScriptAgent, [bad])], [task])
+    assert t.status is Status.OK and t.reward == 0.0
+    assert t.components == {"correct": 0.0, "computed_with_tools": 0.0}
+
+
+async def test_the_server_truncates_and_grades_with_its_limits() -> None:
+    with ServerThread(load_env("calc"), limits=Limits.overrides(max_steps=1)) as srv:
+        spec = load_env(remote_url(srv))
+        task = spec.tasks(n=1)[0]
+        script = (await oracle_scripts([load_env("calc").tasks(n=1)[0]]))[0]
+        (t,) = await play(spec, [AgentClass(ScriptAgent, script)], [task])
+    assert t.status is Status.TRUNCATED and t.n_steps == 1
+    assert t.reward is not None and t.grader_failed is None and "correct" in t.components
+
+
+async def test_an_episode_this_side_ends_early_is_a_failed_grade_not_a_guess(
+    calc_server: ServerThread,
+) -> None:
+    spec = load_env(remote_url(calc_server))
+    task = spec.tasks(n=1)[0]
+    script = (await oracle_scripts([load_env("calc").tasks(n=1)[0]]))[0]
+    cfg = EpisodeConfig(overrides=Limits.overrides(max_steps=1))
+    (t,) = await play(spec, [AgentClass(ScriptAgent, script)], [task], cfg)
+    assert t.status is Status.TRUNCATED and t.reward == 0.0
+    assert "before the server ended it" in (t.grader_failed or "")
+
+
+async def test_a_full_envlab_server_is_infra_error_naming_the_limit() -> None:
+    from websockets.sync.client import connect
+
+    with ServerThread(load_env("calc"), max_sessions=1) as srv:
+        spec = load_env(remote_url(srv), connect_timeout_s=0.3)
+        task = spec.tasks(n=1)[0]
+        with connect(srv.ws_url) as ws:
+            ws.send(json.dumps({"type": "reset", "data": {}}))
+            ws.recv(timeout=10)
+            (t,) = await play(
+                spec, [AgentClass(ScriptAgent, [])], [task], EpisodeConfig(max_retries=0)
+            )
+    assert t.status is Status.INFRA_ERROR and t.error is not None
+    assert "refused the session" in t.error.message and "--max-sessions" in t.error.message
+
+
+def test_envlab_eval_on_envlab_serve(tmp_path: Path) -> None:
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "envlab.cli.main", "serve", "calc", "--port", str(port)],
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_healthy(port, proc=server)
+        r = subprocess.run(
+            [sys.executable, "-m", "envlab.cli.main", "eval", f"ws://127.0.0.1:{port}",
+             "--agent", "random", "--tasks", "4", "--out", str(tmp_path / "run"), "--json"],
+            capture_output=True, text=True, env=subprocess_env(), timeout=300,
+        )  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["n_episodes"] == 4 and s["status_counts"]["ok"] + s["status_counts"]["truncated"] == 4
+    assert set(s["components"]) == {"correct", "computed_with_tools"}
