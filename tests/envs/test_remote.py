@@ -119,7 +119,7 @@ def test_envlab_eval_drives_an_openenv_server(openenv_url: str, tmp_path: Path) 
         if want is not None:
             assert s["mean_reward"] == want
         run = json.loads((tmp_path / agent / "run.json").read_text())
-        assert run["env_id"] == "remote" and run["env_hash"]
+        assert run["env_id"] == f"remote:{openenv_url.removeprefix('ws://')}" and run["env_hash"]
     lines = (tmp_path / "random" / "trajectories.jsonl").read_text().splitlines()
     t = json.loads(lines[0])
     assert t["tools"] and t["tools"][0]["function"]["name"] == "step"
@@ -137,7 +137,7 @@ def test_envlab_vet_vets_an_openenv_server(openenv_url: str, tmp_path: Path) -> 
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     report = json.loads((out / "vet.json").read_text())
-    assert report["env_id"] == "remote" and report["infra_errors"] == 0
+    assert report["env_id"].startswith("remote:127.0.0.1:") and report["infra_errors"] == 0
     assert [t["task_id"] for t in report["tasks"]] == ["test-0", "test-1"]
     for task in report["tasks"]:
         checks = {c["name"]: c for c in task["checks"]}
@@ -251,3 +251,18 @@ async def test_a_text_answer_needs_a_string_action_or_json(openenv_url: str) -> 
     assert t.reward == 1.0 and t.n_steps == 1
     (t,) = await play(spec, AgentClass(ScriptAgent, [Action(text="")]), [task])
     assert t.reward == 0.0 and t.steps[0].info.get("agent_stopped") is True
+
+
+def test_envlab_arena_ranks_two_openenv_servers(
+    openenv_url: str, openenv_no_tasks_url: str, tmp_path: Path
+) -> None:
+    r = envlab(
+        "arena", openenv_url, openenv_no_tasks_url, "--agent", "random", "--tasks", "1",
+        "--oracle-runs", "1", "--samples", "2", "--out", str(tmp_path), "--json",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    ranking = json.loads(r.stdout)
+    names = {x["env_id"] for x in ranking}
+    assert names == {
+        f"remote:{u.removeprefix('ws://')}" for u in (openenv_url, openenv_no_tasks_url)
+    }

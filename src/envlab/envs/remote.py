@@ -147,7 +147,9 @@ class RemoteEnv(EnvSpec):
     # --- the spec -----------------------------------------------------------------------------
     @property
     def name(self) -> str:
-        return self.id
+        """``remote:HOST:PORT[/PATH]``: which server (two remote environments rank apart)."""
+        parts = urlsplit(self.config.url)
+        return f"{self.id}:{parts.netloc}{parts.path}"
 
     def tasks(self, *, seed: int = 0, n: int | None = None, split: str = "test") -> TaskSet:
         """The server's tasks (its Task API), else ``n_tasks`` tasks ``remote-0..`` whose
