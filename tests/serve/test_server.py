@@ -57,7 +57,8 @@ def test_a_client_that_disconnects_between_steps_frees_its_sandbox(tmp_path: Pat
         _drop(ws)
         wait_for(lambda: box.closed, "the sandbox closed")
         wait_for(lambda: not workdir.exists(), "the workspace deleted")
-        assert srv.sessions.live_episodes == 0 and not srv.sessions.sessions
+        wait_for(lambda: not srv.sessions.sessions, "the session gone")
+        assert srv.sessions.live_episodes == 0
 
 
 @requires_bwrap
@@ -74,7 +75,8 @@ def test_a_client_that_disconnects_mid_step_frees_its_sandbox_at_once(tmp_path: 
         wait_for(lambda: box.closed, "the sandbox closed")
         wait_for(lambda: not _sleepers(), "the sandbox's processes killed")
         wait_for(lambda: not box.host_workdir.exists(), "the workspace deleted")
-        assert srv.sessions.live_episodes == 0 and not srv.sessions.sessions
+        wait_for(lambda: not srv.sessions.sessions, "the session gone")
+        assert srv.sessions.live_episodes == 0
 
 
 def test_a_shutdown_closes_every_episode() -> None:

@@ -16,7 +16,6 @@ Routes (as OpenEnv 0.10's server has them and its clients use them):
   ``POST /{env}/task`` (``{"split", "index"}``). Tasks show what an agent may see, never answers.
 """
 
-import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -78,107 +77,12 @@ def create_app(
     return app
 
 
-def _dumps(frame: dict[str, Any]) -> str:
-    return json.dumps(frame, separators=(",", ":"), allow_nan=False)
-
-
 def _add_ws(app: "FastAPI", manager: SessionManager) -> None:
-    from fastapi import WebSocket
+    from starlette.routing import WebSocketRoute
 
-    @app.websocket(wire.WS_PATH)
-    async def ws(websocket: WebSocket) -> None:
-        await websocket.accept()
-        try:
-            session = manager.open("ws")
-        except CapacityError as e:
-            frame = wire.error_frame(
-                wire.CAPACITY, str(e), active_sessions=e.active, max_sessions=e.max_sessions
-            )
-            await websocket.send_text(_dumps(frame))
-            await websocket.close(code=1013)  # try again later
-            return
-        try:
-            await _serve_ws(websocket, session, manager.idle_timeout)
-        finally:
-            await manager.close(session)
-            with contextlib.suppress(Exception):
-                await websocket.close()
+    from envlab.serve.ws import WebSocketEndpoint
 
-
-async def _serve_ws(websocket: Any, session: Session, idle: float) -> None:
-    """Answer the session's frames in order. A reader task takes the socket's messages; when the
-    client goes away in the middle of a reset, step or grade, it cancels that work at once (the
-    episode and its sandbox are closed by the session on the way out)."""
-    inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    me = asyncio.current_task()
-    assert me is not None
-    flags = {"busy": False, "gone": False}
-
-    async def read() -> None:
-        try:
-            while True:
-                message = await websocket.receive()
-                if message["type"] == "websocket.disconnect":
-                    break
-                inbox.put_nowait(message)
-        except Exception:  # a broken socket is a disconnect
-            pass
-        flags["gone"] = True
-        inbox.put_nowait({"type": "websocket.disconnect"})
-        if flags["busy"]:
-            me.cancel()
-
-    reader = asyncio.get_running_loop().create_task(read())
-    try:
-        await _answer_frames(websocket, session, idle, inbox, flags)
-    except asyncio.CancelledError:
-        if not flags["gone"]:
-            raise
-        me.uncancel()  # our own cancel: the client left mid-frame
-    finally:
-        reader.cancel()
-
-
-async def _answer_frames(
-    websocket: Any,
-    session: Session,
-    idle: float,
-    inbox: asyncio.Queue[dict[str, Any]],
-    flags: dict[str, bool],
-) -> None:
-    send = websocket.send_text
-    while True:
-        try:
-            async with asyncio.timeout(idle):
-                message = await inbox.get()
-        except TimeoutError:
-            msg = (
-                f"the session was idle for more than {idle}s (--idle-timeout) and is closed; "
-                "its episode is gone: start a new session"
-            )
-            await send(_dumps(wire.error_frame(wire.IDLE_TIMEOUT, msg)))
-            return
-        if message["type"] == "websocket.disconnect":
-            return
-        raw = message.get("text")
-        if raw is None:
-            raw = message.get("bytes") or b""
-        flags["busy"] = True
-        try:
-            kind, data = wire.parse_client_frame(raw)
-            if kind == "step":
-                frame = wire.observation_frame(await session.step(data))
-            elif kind == "reset":
-                frame = wire.observation_frame(await session.reset(data))
-            elif kind == "state":
-                frame = wire.state_response(session.state())
-            else:  # close
-                return
-        except WireError as e:
-            frame = wire.error_frame(e.code, str(e))
-        finally:
-            flags["busy"] = False
-        await send(_dumps(frame))
+    app.router.routes.append(WebSocketRoute(wire.WS_PATH, WebSocketEndpoint(manager)))
 
 
 def _add_info_routes(app: "FastAPI", manager: SessionManager) -> None:

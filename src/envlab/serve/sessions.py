@@ -17,6 +17,7 @@ import contextlib
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from envlab.core import (
@@ -32,6 +33,7 @@ from envlab.core import (
     TaskSet,
 )
 from envlab.rollout.config import describe_exception, wrap_for_limits
+from envlab.rollout.deadlines import deadlines
 from envlab.rollout.grading import grade_episode
 from envlab.serve import wire
 from envlab.serve.wire import WireError
@@ -66,6 +68,7 @@ class Session:
         "last_active",
         "limits",
         "manager",
+        "on_idle",
         "seed",
         "step_count",
         "step_rewards",
@@ -85,6 +88,8 @@ class Session:
         self.ended = False
         self.closed = False
         self.busy = False
+        self.on_idle: Callable[[], None] | None = None
+        """How an idle session is told (a /ws handler's); ``None``: it is closed."""
         self.final_state: dict[str, Any] = {}
         self.last_active = time.monotonic()
 
@@ -269,7 +274,7 @@ class SessionManager:
             raise WireError(f"the environment has no tasks in split {req.split!r}")
         return tasks[(req.seed or 0) % len(tasks)]
 
-    # --- idle reaping (HTTP sessions; a /ws handler times out its own receive) ------------------
+    # --- idle reaping -------------------------------------------------------------------------
     def start_reaper(self) -> None:
         if self._reaper is None:
             self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
@@ -282,11 +287,18 @@ class SessionManager:
             self._reaper = None
 
     async def reap_idle(self) -> int:
+        """Close the sessions silent for more than ``idle_timeout`` (a /ws session is told
+        first, by its handler) and not in the middle of a frame; how many."""
         now, n = time.monotonic(), 0
         for s in list(self.sessions.values()):
-            if s.kind == "http" and not s.busy and now - s.last_active > self.idle_timeout:
+            if s.busy or s.closed or now - s.last_active <= self.idle_timeout:
+                continue
+            if s.on_idle is not None:
+                s.on_idle()
+                s.on_idle = None
+            else:
                 await self.close(s)
-                n += 1
+            n += 1
         self.reaped += n
         return n
 
@@ -308,15 +320,27 @@ _EMPTY_OBS = Observation()
 
 
 async def _within(aw: Any, seconds: float | None, what: str) -> Any:
+    """``await aw`` within ``seconds``, on the engine's deadline watchdog (one timer task per
+    event loop rather than a timer per call); a step too slow is the agent's, a reset too slow
+    the machinery's."""
     if seconds is None:
         return await aw
+    me = asyncio.current_task()
+    assert me is not None
+    dl = deadlines()
+    dl.set(me, seconds, what)
     try:
-        async with asyncio.timeout(seconds):
-            return await aw
-    except TimeoutError:
+        return await aw
+    except (asyncio.CancelledError, Exception):
+        if dl.expired(me) is None:  # not our deadline: goes on as it is
+            raise
+        me.uncancel()
         if what == "step":
             raise _StepTooSlow(f"the step took longer than step_timeout_s={seconds}s") from None
         raise InfraError(f"{what} took longer than {what}_timeout_s={seconds}s") from None
+    finally:
+        if dl.clear(me):
+            await dl.absorb(me)
 
 
 def _as_wire_error(e: BaseException, phase: str) -> BaseException:
