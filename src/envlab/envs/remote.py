@@ -148,7 +148,10 @@ class RemoteEnv(EnvSpec):
     @property
     def name(self) -> str:
         """``remote:HOST:PORT[/PATH]``: which server (two remote environments rank apart)."""
-        parts = urlsplit(self.config.url)
+        config = getattr(self, "config", None)  # not yet while a bad config is reported
+        if config is None:
+            return self.id
+        parts = urlsplit(config.url)
         return f"{self.id}:{parts.netloc}{parts.path}"
 
     def tasks(self, *, seed: int = 0, n: int | None = None, split: str = "test") -> TaskSet:
