@@ -178,3 +178,18 @@ def test_envlab_eval_on_envlab_serve(tmp_path: Path) -> None:
     s = json.loads(r.stdout)
     assert s["n_episodes"] == 4 and s["status_counts"]["ok"] + s["status_counts"]["truncated"] == 4
     assert set(s["components"]) == {"correct", "computed_with_tools"}
+
+
+async def test_the_random_agent_scores_the_same_remotely_and_locally(
+    calc_server: ServerThread,
+) -> None:
+    from envlab.agents.scripted import RandomAgent
+
+    spec, local = load_env(remote_url(calc_server)), load_env("calc")
+    tasks, local_tasks = list(spec.tasks(n=12)), list(local.tasks(n=12))
+    remote = await play(spec, [AgentClass(RandomAgent)] * 12, tasks)
+    here = await play(local, [AgentClass(RandomAgent)] * 12, local_tasks)
+    assert [t.status for t in remote] == [t.status for t in here]
+    assert [(t.reward, t.components, t.n_steps) for t in remote] == [
+        (t.reward, t.components, t.n_steps) for t in here
+    ]
