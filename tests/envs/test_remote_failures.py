@@ -136,6 +136,23 @@ async def test_a_server_gone_for_good_ends_as_infra_error_not_the_agents(
     assert "cannot connect" in t.error.message or "cannot reach" in t.error.message
 
 
+async def test_a_server_that_stops_answering_is_infra_error_not_the_agents_timeout(
+    supervised: Supervised,
+) -> None:
+    """A frozen server (SIGSTOP: the socket stays open, nothing answers) is caught by the
+    keepalive before the agent's step timeout: the machinery's failure, not the agent's."""
+    spec = load_env(f"ws://127.0.0.1:{supervised.port}", ping_interval_s=0.5, connect_timeout_s=0.5)
+    task = spec.tasks()[0]
+    pid = supervised.proc.pid
+    Reverser.hooks = [lambda: os.kill(pid, signal.SIGSTOP)]
+    try:
+        (t,) = await play(spec, AgentClass(Reverser), [task], retries=0)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert t.status is Status.INFRA_ERROR and t.error is not None
+    assert t.error.kind == "infra" and t.error.phase == "step"
+
+
 # --- a full server ----------------------------------------------------------------------------
 @contextmanager
 def held_session(url: str) -> Iterator[Any]:

@@ -45,6 +45,8 @@ ACTION_CODES = frozenset(
 )
 """Error frames that answer the agent's action: shown to it, counted, never excluded."""
 NOT_RUN = "not run: the episode ended"
+CLOSE_TIMEOUT_S = 2.0
+"""Seconds to wait for the server's side of a closing handshake (a dead peer never answers)."""
 
 
 class RemoteEnvError(EnvlabError):
@@ -212,9 +214,9 @@ class RemoteEpisode(Environment):
         if ws is None:
             return
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(ws.send(json.dumps(wire.close_frame())), 2.0)
+            await asyncio.wait_for(ws.send(json.dumps(wire.close_frame())), CLOSE_TIMEOUT_S)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(ws.close(), 2.0)
+            await asyncio.wait_for(ws.close(), CLOSE_TIMEOUT_S)
 
     @property
     def tools(self) -> list[ToolSpec]:
@@ -265,6 +267,7 @@ class RemoteEpisode(Environment):
                 max_size=cfg.max_frame_bytes,
                 ping_interval=cfg.ping_interval_s,
                 ping_timeout=cfg.ping_interval_s,
+                close_timeout=CLOSE_TIMEOUT_S,
                 compression=None,
             )
         except websockets.exceptions.InvalidURI as e:
