@@ -314,3 +314,27 @@ def test_info_and_task_routes() -> None:
         one = http.post("/calc/task", json={"split": "test", "index": 1}).json()["task"]
         assert one["id"] == spec.tasks()[1].id
         assert http.post("/other/tasks", json={"split": "test"}).status_code == 404
+
+
+def test_http_sessions_count_toward_the_maximum() -> None:
+    with serving(load_env("calc"), max_sessions=1) as srv, httpx.Client(base_url=srv.url) as http:
+        assert http.post("/reset", json={"seed": 0}).status_code == 200
+        refused = http.post("/reset", json={"seed": 1})
+        assert refused.status_code == 503
+        assert refused.json()["detail"]["code"] == wire.CAPACITY
+        assert "--max-sessions 1" in refused.json()["detail"]["message"]
+        assert len(srv.sessions.sessions) == 1
+
+
+def test_a_step_past_the_step_timeout_is_the_agents_timeout_and_graded() -> None:
+    from envlab.core import Limits
+
+    slow = {"tool_calls": [{"id": "w", "name": "wait", "arguments": {"seconds": 30}}]}
+    limits = Limits.overrides(step_timeout_s=0.2)
+    with serving(Recorded(), limits=limits) as srv, frames(srv) as f:
+        f.send(wire.reset_frame(task_id="echo-0"))
+        last = f.send({"type": "step", "data": slow})["data"]
+        assert last["done"] and last["metadata"]["status"] == "timeout"
+        assert "step_timeout_s=0.2" in last["metadata"]["error"]
+        assert last["reward"] == 0.0 and last["metadata"]["reward"]["total"] == 0.0
+        wait_for(lambda: srv.sessions.live_episodes == 0, "the episode closed")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -412,6 +412,3 @@ def _problems(e: ValidationError) -> str:
     return "; ".join(
         f"{'.'.join(str(p) for p in err['loc']) or '(data)'}: {err['msg']}" for err in e.errors()
     )
-
-
-FrameType = Literal["reset", "step", "state", "close"]
