@@ -118,4 +118,7 @@ async def _answer(
             frame = wire.error_frame(e.code, str(e))
         finally:
             flags["busy"] = False
-        await send({"type": "websocket.send", "text": wire.dumps(frame)})
+        try:
+            await send({"type": "websocket.send", "text": wire.dumps(frame)})
+        except OSError:  # the client is gone (uvicorn's ClientDisconnected): nothing to answer
+            return
