@@ -31,6 +31,7 @@ from envlab.core import (
     Observation,
     Task,
     TaskSet,
+    Wrapper,
 )
 from envlab.rollout.config import describe_exception, wrap_for_limits
 from envlab.rollout.deadlines import deadlines
@@ -210,8 +211,10 @@ class Session:
         if env is None:
             return
         self.manager.live_episodes -= 1
+        if _nothing_to_close(env):
+            return
         try:
-            await asyncio.shield(env.close())
+            await asyncio.shield(env.close())  # a cancelled session still frees its sandbox
         except Exception as e:
             log.warning("closing an episode of session %s failed: %s", self.id, e)
 
@@ -310,6 +313,19 @@ class SessionManager:
                 await self.reap_idle()
             except Exception as e:  # keep reaping
                 log.warning("reaping idle sessions failed: %s", e)
+
+
+def _nothing_to_close(env: Environment) -> bool:
+    """True when no layer of ``env`` (wrappers included) overrides ``close``: the base no-op
+    needs neither awaiting nor shielding (a task per episode less)."""
+    while True:
+        close = type(env).close
+        if isinstance(env, Wrapper):
+            if close is not Wrapper.close:
+                return False
+            env = env.env
+        else:
+            return close is Environment.close
 
 
 class _StepTooSlow(Exception):
