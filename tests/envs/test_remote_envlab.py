@@ -193,3 +193,23 @@ async def test_the_random_agent_scores_the_same_remotely_and_locally(
     assert [(t.reward, t.components, t.n_steps) for t in remote] == [
         (t.reward, t.components, t.n_steps) for t in here
     ]
+
+
+async def test_vet_on_envlabs_server_has_no_oracle_to_run_and_no_false_broken(
+    calc_server: ServerThread, tmp_path: Path
+) -> None:
+    """The server sends no answers (the agent's side must never see them): vet has no reference
+    solution to run over the wire, so the oracle check is n/a, not a failure that would call
+    every served task broken; the checks that need no answer still run."""
+    from envlab.vet.runner import VetConfig, vet_environment
+
+    spec = load_env(remote_url(calc_server))
+    report = await vet_environment(
+        spec, out_dir=tmp_path, config=VetConfig(oracle_runs=2, tasks=2, concurrency=2)
+    )
+    assert report.infra_errors == 0 and len(report.tasks) == 2
+    for task in report.tasks:
+        checks = {c.name: c for c in task.checks}
+        assert checks["oracle"].status == "n/a", checks["oracle"].summary
+        assert checks["noop"].status == "pass", checks["noop"].summary
+        assert task.verdict != "broken", task.reasons

@@ -354,7 +354,11 @@ def _number(value: Any) -> float:
 
 
 def _without_ids(data: dict[str, Any]) -> dict[str, Any]:
-    """The reset frame with the episode's own ids taken out (the same reset twice compares
-    equal)."""
-    meta = {k: v for k, v in (data.get("metadata") or {}).items() if "episode_id" not in k}
+    """The reset frame with the episode's own ids and the seed it echoes taken out (the same
+    reset twice compares equal; what the seed changes stays in the observation)."""
+    meta = {
+        k: v
+        for k, v in (data.get("metadata") or {}).items()
+        if "episode_id" not in k and k != "seed"
+    }
     return {**data, "metadata": meta}

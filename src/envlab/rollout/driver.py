@@ -55,6 +55,13 @@ class PlannedEpisode:
 _watchers: list[Callable[[Trajectory], None]] = []
 
 
+def notify_watchers(traj: Trajectory) -> None:
+    """Show a finished episode to every ``watch`` callback (a backend that runs episodes
+    elsewhere calls this when one comes back)."""
+    for callback in tuple(_watchers):
+        callback(traj)
+
+
 @contextlib.contextmanager
 def watch(callback: Callable[[Trajectory], None]) -> Iterator[None]:
     """Call ``callback(trajectory)`` for every episode the driver finishes meanwhile."""
@@ -93,8 +100,7 @@ async def run_episode(
     traj.attempts = attempt
     if planned.info:
         traj.info.update(planned.info)
-    for callback in tuple(_watchers):
-        callback(traj)
+    notify_watchers(traj)
     return traj
 
 
@@ -113,7 +119,7 @@ async def run_episodes(
     if concurrency < 1:
         raise ConfigError(f"--concurrency must be >= 1, got {concurrency}")
     plan = list(episodes)
-    await _check_privileges(plan)
+    await check_privileges(plan)
     env_hash = spec.content_hash()
     results: list[Trajectory | None] = [None] * len(plan)
     work = iter(enumerate(plan))
@@ -131,7 +137,7 @@ async def run_episodes(
                 for _ in range(min(concurrency, max(len(plan), 1))):
                     group.create_task(worker())
     except BaseExceptionGroup as eg:
-        raise _first_cause(eg) from eg
+        raise first_cause(eg) from eg
     return [t for t in results if t is not None]
 
 
@@ -162,7 +168,7 @@ def frozen_heap() -> Iterator[None]:
                 gc.unfreeze()
 
 
-async def _check_privileges(plan: list[PlannedEpisode]) -> None:
+async def check_privileges(plan: list[PlannedEpisode]) -> None:
     """An agent that reads hidden answers must say so in its spec, so that its results are
     never reported as skill."""
     for factory in {id(p.agent): p.agent for p in plan}.values():
@@ -176,11 +182,11 @@ async def _check_privileges(plan: list[PlannedEpisode]) -> None:
             )
 
 
-def _first_cause(eg: BaseExceptionGroup) -> BaseException:
+def first_cause(eg: BaseExceptionGroup) -> BaseException:
     """The error that stopped the workers (a full disk, say), not the group wrapping it."""
     for e in eg.exceptions:
         if isinstance(e, BaseExceptionGroup):
-            return _first_cause(e)
+            return first_cause(e)
         if not isinstance(e, asyncio.CancelledError):
             return e
     return eg

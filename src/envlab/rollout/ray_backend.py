@@ -254,7 +254,7 @@ async def run_episodes_on_ray(
         raise ConfigError(f"--concurrency must be >= 1, got {concurrency}")
     cfg = config or EpisodeConfig()
     plan = list(episodes)
-    await driver._check_privileges(plan)
+    await driver.check_privileges(plan)
     if not plan:
         return []
     ray = import_ray()
@@ -296,8 +296,7 @@ async def _drive(
         for i, planned in work:
             traj = await pool.run(n, planned)
             results[i] = traj
-            for callback in tuple(driver._watchers):  # the driver's watchers see it here
-                callback(traj)
+            driver.notify_watchers(traj)  # the driver's watchers see it here
             if on_trajectory is not None:
                 on_trajectory(planned, traj)
 
@@ -306,7 +305,7 @@ async def _drive(
             for n in range(min(concurrency, len(plan))):
                 group.create_task(slot(n))
     except BaseExceptionGroup as eg:
-        raise driver._first_cause(eg) from eg
+        raise driver.first_cause(eg) from eg
     return [t for t in results if t is not None]
 
 
