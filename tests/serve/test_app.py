@@ -338,3 +338,25 @@ def test_a_step_past_the_step_timeout_is_the_agents_timeout_and_graded() -> None
         assert "step_timeout_s=0.2" in last["metadata"]["error"]
         assert last["reward"] == 0.0 and last["metadata"]["reward"]["total"] == 0.0
         wait_for(lambda: srv.sessions.live_episodes == 0, "the episode closed")
+
+
+def test_frames_sent_ahead_are_answered_in_order_also_during_a_slow_step() -> None:
+    slow = {"tool_calls": [{"id": "w", "name": "wait", "arguments": {"seconds": 0.3}}]}
+    with serving(Recorded()) as srv, frames(srv) as f:
+        for frame in (
+            wire.reset_frame(task_id="echo-0"),
+            {"type": "step", "data": slow},  # slow: the socket is watched meanwhile
+            wire.state_frame(),
+            {"type": "step", "data": {"text": "ok"}},
+        ):
+            f.ws.send(json.dumps(frame))
+        answers = [f.recv() for _ in range(4)]
+        assert [a["type"] for a in answers] == [
+            "observation",
+            "observation",
+            "state",
+            "observation",
+        ]
+        assert answers[1]["data"]["observation"]["tool_results"][0]["content"] == "done"
+        assert answers[2]["data"]["step_count"] == 1
+        assert answers[3]["data"]["done"] and answers[3]["data"]["reward"] == 1.0
