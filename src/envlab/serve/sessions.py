@@ -99,13 +99,13 @@ class Session:
         """Start a fresh episode (closing the previous one); the reset frame's data."""
         req = wire.parse_reset(data)
         task = self.manager.pick_task(req)
-        await self.close_episode()
         spec = self.manager.spec
-        self.limits = limits = self.manager.overrides.over(spec.limits(task))
-        self.task, self.seed, self.episode_id = task, req.seed, req.episode_id
-        self.step_count, self.step_rewards, self.ended, self.final_state = 0, 0.0, False, {}
-        self.busy = True
+        self.busy = True  # from here: a concurrent HTTP request on this session is refused
         try:
+            await self.close_episode()
+            self.limits = limits = self.manager.overrides.over(spec.limits(task))
+            self.task, self.seed, self.episode_id = task, req.seed, req.episode_id
+            self.step_count, self.step_rewards, self.ended, self.final_state = 0, 0.0, False, {}
             env = self.env = wrap_for_limits(spec.new_episode(), limits)
             self.manager.live_episodes += 1
             obs = await _within(env.reset(task, req.seed), limits.reset_timeout_s, "reset")
