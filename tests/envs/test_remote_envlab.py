@@ -21,6 +21,7 @@ from envlab.core import (
     Observation,
     Status,
     Task,
+    ToolCall,
     Trajectory,
 )
 from envlab.envs import load_env
@@ -213,3 +214,29 @@ async def test_vet_on_envlabs_server_has_no_oracle_to_run_and_no_false_broken(
         assert checks["oracle"].status == "n/a", checks["oracle"].summary
         assert checks["noop"].status == "pass", checks["noop"].summary
         assert task.verdict != "broken", task.reasons
+
+
+class SlowAgent(ScriptAgent):
+    """Calls a tool, then thinks past the server's idle timeout before its next action."""
+
+    async def act(self, observation: Observation) -> Action:
+        import asyncio
+
+        if len(self.actions) == 1:
+            await asyncio.sleep(2.0)
+        return await super().act(observation)
+
+
+async def test_an_agent_silent_past_the_idle_timeout_is_scored_not_retried() -> None:
+    """The server closes a session nobody speaks on. The silence is this side's, the agent's:
+    the episode is the agent's timeout, scored, never an infra_error retried and excluded
+    (else a stalling agent would dodge every failing score)."""
+    with ServerThread(load_env("calc"), idle_timeout=0.3) as srv:
+        spec = load_env(remote_url(srv))
+        task = spec.tasks(n=1)[0]
+        call = ToolCall(name="add", arguments={"a": 1, "b": 2}, id="c1")
+        actions = [Action(tool_calls=[call]), Action(text="3")]
+        cfg = EpisodeConfig(max_retries=2)
+        (traj,) = await play(spec, [AgentClass(SlowAgent, actions)], [task], cfg)
+    assert traj.status is Status.TIMEOUT, (traj.status, traj.error)
+    assert traj.status.scored and traj.attempts == 1 and traj.reward == 0.0

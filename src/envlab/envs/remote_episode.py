@@ -22,6 +22,7 @@ from envlab.core import (
     ConfigError,
     Environment,
     EnvlabError,
+    EpisodeTimeExceeded,
     GraderFailed,
     InfraError,
     Observation,
@@ -317,6 +318,10 @@ class RemoteEpisode(Environment):
             )
         if code in INFRA_CODES:
             return InfraError(f"{where} failed during {phase} ({code}): {message}")
+        if code == wire.IDLE_TIMEOUT:  # this side (the agent) was silent: its time, scored
+            return EpisodeTimeExceeded(
+                f"{where} closed the session: no frame came within its --idle-timeout ({message})"
+            )
         if phase == "step" and code in ACTION_CODES:
             return _Refused(code, message)
         if code == wire.ENV_ERROR or code == "EXECUTION_ERROR" or phase == "reset":
