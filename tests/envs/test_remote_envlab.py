@@ -240,3 +240,17 @@ async def test_an_agent_silent_past_the_idle_timeout_is_scored_not_retried() -> 
         (traj,) = await play(spec, [AgentClass(SlowAgent, actions)], [task], cfg)
     assert traj.status is Status.TIMEOUT, (traj.status, traj.error)
     assert traj.status.scored and traj.attempts == 1 and traj.reward == 0.0
+
+
+async def test_an_action_too_large_for_the_wire_is_the_agents_not_infra(
+    calc_server: ServerThread,
+) -> None:
+    """A frame past the server's message limit makes it drop the connection: the agent sent it,
+    so it must not become an infra_error retried and excluded."""
+    spec = load_env(remote_url(calc_server))
+    task = spec.tasks(n=1)[0]
+    call = ToolCall(name="add", arguments={"a": 1, "b": "2" * (20 << 20)}, id="c1")
+    for huge in (Action(text="1" * (20 << 20)), Action(tool_calls=[call])):
+        (traj,) = await play(spec, [AgentClass(ScriptAgent, [huge])], [task], EpisodeConfig())
+        assert traj.status.scored, (traj.status, traj.error)
+        assert traj.attempts == 1 and traj.reward == 0.0
