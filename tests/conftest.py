@@ -5,6 +5,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# the suite's task folders are written for the host-filesystem mode; the image tests ask for
+# images = "auto" themselves (tests/envs/taskfolder/test_image_*.py)
+os.environ.setdefault("ENVLAB_IMAGES", "off")
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from envlab.cli.console import out, run_app, run_async
+from envlab.cli.task_import import import_cmd
 
 if TYPE_CHECKING:
     from envlab.cli.progress import RunProgress
@@ -171,6 +172,9 @@ def _print_check(rows: list[CheckRow], title: str) -> None:
             escape("\n".join([*r.problems, *r.notes])),
         )
     out().print(table)
+
+
+task_app.command("import")(import_cmd)
 
 
 def main() -> None:

@@ -26,6 +26,8 @@ from envlab.core import (
     tool,
 )
 from envlab.envs.taskfolder.build import PreparedWorkspace, prepare_workspace
+from envlab.envs.taskfolder.image_mode import grade_in_image, host_mode_reason, reset_in_image
+from envlab.envs.taskfolder.image_verifier import VerifierPrep
 from envlab.envs.taskfolder.model import TaskFolder
 from envlab.envs.taskfolder.verifier import run_verifier
 from envlab.sandbox import (
@@ -43,6 +45,7 @@ from envlab.sandbox import (
 
 if TYPE_CHECKING:
     from envlab.envs.taskfolder.spec import TerminalEnv
+    from envlab.sandbox.image.store import Image
 
 SHOWN_OUTPUT = 16_000
 """Characters of stdout and of stderr a tool result shows (head and tail)."""
@@ -102,6 +105,10 @@ class TerminalEpisode(ToolEnv):
         self.box: Sandbox | None = None
         self._oracle_token: str | None = None
         self._scrubbed: list[dict[str, str]] = []
+        self.host_reason: str | None = None
+        """Why the episode runs in the host-filesystem mode; None when it runs in its image."""
+        self.image: Image | None = None
+        self.verifier_prep: VerifierPrep | None = None
 
     def system_prompt(self) -> str | None:
         return SYSTEM_PROMPT
@@ -128,6 +135,12 @@ class TerminalEpisode(ToolEnv):
         task that cannot be built is a ``ConfigError``."""
         folder = self.folder = self.spec.folder(task.id)
         cfg = folder.config.environment
+        self.host_reason = host_mode_reason(folder, self.spec.config.images)
+        if self.host_reason is None:
+            self.image, self.verifier_prep, self.box = await reset_in_image(
+                folder, sandbox_limits(folder)
+            )
+            return
         try:
             self.prepared = await prepare_workspace(folder)
             self.box = await backend(self.spec.config.sandbox).create(
@@ -231,6 +244,10 @@ class TerminalEpisode(ToolEnv):
         return await self._verify()
 
     async def _verify(self) -> Reward:
+        if self.box is not None and self.folder is not None and self.image is not None:
+            assert self.verifier_prep is not None
+            await self.box.kill_all()  # every process of the agent is gone
+            return await grade_in_image(self.folder, self.image, self.box, self.verifier_prep)
         if self.box is None or self.folder is None or self.prepared is None:
             raise EpisodeOrderError("grade() was called before reset() prepared a sandbox")
         await self.box.kill_all()  # every process of the agent is gone; no command can start
@@ -267,6 +284,11 @@ class TerminalEpisode(ToolEnv):
         modes, contents of the task's build): two resets of one task must give the same."""
         base = super().state()
         base["workspace_at_reset"] = self.prepared.digest if self.prepared is not None else None
+        if self.image is not None:
+            base["workspace_at_reset"] = self.image.key
+        base["sandbox_mode"] = "image" if self.image is not None else "host"
+        if self.host_reason:
+            base["host_mode_because"] = self.host_reason
         return base
 
     async def export_workspace(self, dest: Path) -> Path:

@@ -40,8 +40,8 @@ from envlab.sandbox.image.store import (
     LayerMeta,
     commit,
     content_key,
+    alocked,
     images_root,
-    locked,
     remove_tree,
     scratch,
     tree_bytes,
@@ -148,7 +148,7 @@ class _Builder:
     async def _build_layer(
         self, image: Image, stage: Stage, step: Step, key: str, final: Path, what: str
     ) -> None:
-        with await asyncio.to_thread(_lock, key):
+        async with alocked(key):
             if (final / META).exists():
                 self.progress(what, True, 0.0)
                 return
@@ -309,20 +309,6 @@ class _Builder:
                         h.update(hashlib.sha256(f.read_bytes()).digest())
             h.update(pattern.encode())
         return h.hexdigest()
-
-
-class _lock:
-    """``store.locked`` as a context manager that can be entered from a worker thread."""
-
-    def __init__(self, key: str) -> None:
-        self._cm = locked(key)
-        self._cm.__enter__()
-
-    def __enter__(self) -> _lock:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._cm.__exit__(None, None, None)
 
 
 def _single(dest: str) -> str:

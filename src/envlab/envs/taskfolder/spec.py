@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -33,6 +34,13 @@ the verifier's timeout for the grade (killing the agent's processes, scrubbing t
 the verifier's sandbox on bounded storage)."""
 
 
+def default_images() -> Literal["auto", "off"]:
+    value = os.environ.get("ENVLAB_IMAGES", "auto")
+    if value not in ("auto", "off"):
+        raise ConfigError(f"ENVLAB_IMAGES={value!r}: use 'auto' or 'off'")
+    return value  # type: ignore[return-value]
+
+
 class TerminalConfig(BaseModel):
     """The config of a ``TerminalEnv``."""
 
@@ -45,6 +53,10 @@ class TerminalConfig(BaseModel):
     valid if the agent could not reach the tests, the reward file or the verifier."""
     run_timeout: float = Field(120.0, gt=0, allow_inf_nan=False)
     """Seconds one ``run`` command may take at most, whatever the agent asks."""
+    images: Literal["auto", "off"] = Field(default_factory=lambda: default_images())
+    """``auto``: a task whose Dockerfile starts ``FROM`` a family envlab can build runs in that
+    image (``envs/taskfolder/image_build.py``); the others, and every task with ``off``, run
+    in the host-filesystem mode. Default: ``ENVLAB_IMAGES`` (``auto`` when unset)."""
 
     @field_validator("path")
     @classmethod

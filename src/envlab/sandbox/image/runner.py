@@ -11,6 +11,7 @@ environment plus what the image sets, and a cgroup of its own for memory and pro
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -29,6 +30,23 @@ READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/bus", "/proc/fs", "/proc
 MASKED = ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SHM_BYTES = 64 << 20
+
+
+HOST_CA = "/run/envlab/host-ca.crt"
+_CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
+            "NODE_EXTRA_CA_CERTS")  # fmt: skip
+_PROXY_VARS = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
+
+
+def host_network_trust() -> tuple[list[Mount], dict[str, str]]:
+    """What a command with the network needs to reach the registries as the host does: the
+    host's CA bundle (a TLS-intercepting proxy's CA is in it) and proxy settings."""
+    env = {k: os.environ[k] for k in _PROXY_VARS if k in os.environ}
+    bundle = os.environ.get("SSL_CERT_FILE") or "/etc/ssl/certs/ca-certificates.crt"
+    if not Path(bundle).is_file():
+        return [], env
+    env |= {k: HOST_CA for k in _CA_VARS}
+    return [Mount(Path(bundle), HOST_CA)], env
 
 
 def hosts_file() -> Path:

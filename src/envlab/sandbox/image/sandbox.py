@@ -26,7 +26,12 @@ from typing import Any, ClassVar
 from envlab.core.errors import ConfigError
 from envlab.sandbox.base import ExecRequest, Mount, Sandbox, SandboxError
 from envlab.sandbox.gate import StartGate, seccomp_fd
-from envlab.sandbox.image.runner import DEFAULT_PATH, command_args, image_args
+from envlab.sandbox.image.runner import (
+    DEFAULT_PATH,
+    command_args,
+    host_network_trust,
+    image_args,
+)
 from envlab.sandbox.image.store import Image
 from envlab.sandbox.limits import Cgroup, GiB, Limits
 from envlab.sandbox.owner import current_owner
@@ -89,6 +94,10 @@ class ImageSandbox(Sandbox):
         self.name = f"{name}-{uuid.uuid4().hex[:10]}"
         self.env = {**image_env(image, self.user), **(env or {})}
         self._mounts = list(mounts)
+        if network:  # the registries as the host reaches them (its CA bundle, its proxy)
+            trust_mounts, trust_env = host_network_trust()
+            self._mounts += trust_mounts
+            self.env = {**trust_env, **self.env}
         self._lowers = [*image.lowers, *extra_lowers]
         self._running: set[int] = set()
         self._one_at_a_time = asyncio.Lock()  # an upper layer takes one mount at a time

@@ -9,6 +9,7 @@ lets one process build a key while the others wait for it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import hashlib
@@ -16,7 +17,8 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+import weakref
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,25 @@ def locked(key: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+_async_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+
+@contextlib.asynccontextmanager
+async def alocked(key: str) -> AsyncIterator[None]:
+    """``locked`` for coroutines: one holder per key in this process (an asyncio lock), the
+    file lock taken and released in a worker thread (never blocking the event loop)."""
+    lock = _async_locks.get(key)
+    if lock is None:
+        lock = _async_locks[key] = asyncio.Lock()
+    async with lock:
+        cm = locked(key)
+        await asyncio.to_thread(cm.__enter__)
+        try:
+            yield
+        finally:
+            cm.__exit__(None, None, None)
 
 
 def scratch(prefix: str) -> Path:

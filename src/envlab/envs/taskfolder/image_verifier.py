@@ -1,0 +1,207 @@
+"""Grading a task that ran in an image: its own tests, in the image, with the network off.
+
+The verifier's root is the image, then the *verifier layer* (the caches test.sh's bootstrap
+needs: apt's package lists and archives, uv's cache, wheels; filled while building, with the
+network), then the agent's frozen layer (read-only: its processes are dead), then a fresh layer
+of the verifier's own. ``/tests`` (the pristine tests) and the offline kit
+(``/opt/envlab/offline``: uv and shims for ``curl``/``wget`` that serve uv's installer from the
+cache) are mounted read-only; ``/logs/verifier`` is on the verifier's storage.
+
+A valid grade: test.sh ended on its own within its timeout, and the reward files hold finite
+numbers. A fetch the cache could not serve makes the grade ``grader_failed: needs the network
+(URL)``. The PID namespace ends with test.sh, so nothing it started outlives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+from pathlib import Path
+from typing import Any
+
+from envlab.core.errors import GraderFailed, InfraError
+from envlab.core.rubric import Reward
+from envlab.envs.taskfolder import offline
+from envlab.envs.taskfolder.model import TaskFolder
+from envlab.envs.taskfolder.reward_file import read_reward_files
+from envlab.envs.taskfolder.verifier import LOGS
+from envlab.sandbox import ExecResult, Limits, Mount
+from envlab.sandbox.image.sandbox import ImageSandbox
+from envlab.sandbox.image.store import (
+    META,
+    Image,
+    LayerMeta,
+    commit,
+    content_key,
+    alocked,
+    images_root,
+    locked,
+    remove_tree,
+    scratch,
+)
+
+OFFLINE_VERSION = "2"
+WHEELS = "/var/cache/envlab/wheels"
+"""Where the warm-up leaves wheels for ``pip install`` (in the verifier layer)."""
+REPORT = "/opt/envlab/report"
+WARM_TIMEOUT = 1800.0
+
+
+class VerifierPrep:
+    """What the verifier of one task in one image adds to it."""
+
+    def __init__(self, layer: Path | None, kit: Path, needs: offline.VerifierNeeds) -> None:
+        self.layer, self.kit, self.needs = layer, kit, needs
+
+
+async def prepare_verifier(task: TaskFolder, image: Image) -> VerifierPrep:
+    """Scan the tests for what they fetch, fetch it (uv from PyPI, the rest inside the image
+    with the network) into a cached layer, and write the offline kit."""
+    needs = await asyncio.to_thread(offline.scan_needs, task.tests_dir, task.tests_dir / "test.sh")
+    key = content_key(OFFLINE_VERSION, image.key, needs.model_dump(mode="json"))
+    root = images_root() / "offline" / key
+    if not (root / "kit.done").exists():
+        await asyncio.to_thread(_write_kit, root, needs)
+    final = images_root() / "layers" / f"verifier-{key}"
+    if not _wants_warmup(needs):
+        return VerifierPrep(None, root / "kit", needs)
+    if not (final / META).exists():
+        await _warm(task, image, needs, root / "kit", final, key)
+    return VerifierPrep(final / "upper", root / "kit", needs)
+
+
+def _wants_warmup(needs: offline.VerifierNeeds) -> bool:
+    return bool(needs.apt_packages or needs.uv_requirements or needs.pip_requirements)
+
+
+def uv_versions(needs: offline.VerifierNeeds) -> list[str]:
+    versions = list(needs.uv_versions)
+    if not versions and (needs.uv_requirements or needs.uses_uv):
+        versions = ["latest"]
+    return versions
+
+
+def _write_kit(root: Path, needs: offline.VerifierNeeds) -> None:
+    with locked(f"kit-{root.name}"):
+        if (root / "kit.done").exists():
+            return
+        root.mkdir(parents=True, exist_ok=True)
+        cache = images_root() / "uv"
+        uv = {v: offline.fetch_uv(v, cache) for v in uv_versions(needs)}
+        if (root / "kit").exists():
+            remove_tree(root / "kit")
+        offline.write_offline_kit(root / "kit", uv)
+        (root / "kit.done").touch()
+
+
+async def _warm(
+    task: TaskFolder, image: Image, needs: offline.VerifierNeeds, kit: Path, final: Path, key: str
+) -> None:
+    async with alocked(f"verifier-{key}"):
+        if (final / META).exists():
+            return
+        tmp = scratch("verifier")
+        (tmp / "upper").mkdir()
+        (tmp / "work").mkdir()
+        versions = uv_versions(needs)
+        script = offline.warmup_script(
+            needs, versions[0] if versions else "latest", wheels_dir=WHEELS
+        )
+        box = await ImageSandbox.create(
+            image=image, upper=(tmp / "upper", tmp / "work"), network=True, user="root",
+            mounts=[Mount(kit, offline.MOUNT)], name="warm",
+            limits=Limits(memory_bytes=4 << 30, timeout_s=WARM_TIMEOUT),
+        )  # fmt: skip
+        try:
+            res = await box.exec(["bash", "-c", script], timeout=WARM_TIMEOUT)
+        finally:
+            await box.close()
+        if res.timed_out:
+            remove_tree(tmp)
+            raise InfraError(f"filling the verifier's caches for {task.name} timed out")
+        remove_tree(tmp / "work")
+        for sub in ("tmp", "var/tmp"):  # the warm-up's scratch is not part of the layer
+            with contextlib.suppress(OSError):
+                shutil.rmtree(tmp / "upper" / sub)
+        meta = LayerMeta(
+            key=key, instruction=f"verifier caches of {task.name}: {res.stdout[-300:]}"
+        )
+        (tmp / META).write_text(meta.model_dump_json(indent=1))
+        commit(tmp, final)
+
+
+def verifier_image_env(task: TaskFolder, image: Image) -> dict[str, str]:
+    env = {**image.config.env, **task.config.environment.env, **task.config.verifier.env}
+    env.update(offline.offline_env())
+    env["PATH"] = offline.offline_path(env.get("PATH", "/usr/local/bin:/usr/bin:/bin"))
+    env["PIP_FIND_LINKS"] = WHEELS
+    env["TEST_DIR"] = "/tests"
+    env["ENVLAB_OFFLINE_REPORT"] = f"{REPORT}/needs-network.txt"
+    return env
+
+
+async def run_image_verifier(
+    task: TaskFolder,
+    image: Image,
+    agent_layer: Path,
+    prep: VerifierPrep,
+    *,
+    memory_mb: int = 4096,
+    network: bool = False,
+) -> Reward:
+    """Run ``tests/test.sh`` over the image and the agent's frozen layer; the valid reward."""
+    timeout = task.config.verifier.timeout_sec
+    lowers = [*([prep.layer] if prep.layer else []), agent_layer]
+    storage_mb = task.config.environment.storage_mb
+    try:
+        box = await ImageSandbox.create(
+            image=image, extra_lowers=lowers, network=network, name=f"verifier-{task.name}",
+            env=verifier_image_env(task, image),
+            limits=Limits(timeout_s=timeout, memory_bytes=memory_mb << 20,
+                          **({"storage_bytes": storage_mb << 20} if storage_mb else {})),
+        )  # fmt: skip
+    except OSError as e:
+        raise InfraError(f"could not set up the verifier's sandbox: {e}") from e
+    try:
+        assert box.storage is not None
+        logs, report = box.storage.make("logs", "report")
+        mounts = [
+            Mount(task.tests_dir, "/tests"),
+            Mount(prep.kit, offline.MOUNT),
+            Mount(logs, LOGS, writable=True),
+            Mount(report, REPORT, writable=True),
+        ]
+        res = await box.exec(["bash", "/tests/test.sh"], timeout=timeout, mounts=mounts)
+        return judge_image(res, logs, report / "needs-network.txt", timeout)
+    finally:
+        await box.close()
+
+
+def judge_image(res: ExecResult, logs: Path, report: Path, timeout: float) -> Reward:
+    """The valid reward of one run of test.sh in an image, or ``GraderFailed`` saying why."""
+    details: dict[str, Any] = {
+        "verifier_exit_code": None if res.timed_out else res.exit_code,
+        "verifier_duration_s": round(res.duration_s, 3),
+        "verifier_output_tail": (res.stdout[-3000:] + "\n" + res.stderr[-3000:]).strip(),
+        "sandbox_mode": "image",
+    }
+    needs = offline.read_needs_network(report)
+    if needs:
+        details["needs_network"] = needs
+    tail = str(details["verifier_output_tail"])[-1500:]
+    if res.timed_out:
+        why = f"the verifier (tests/test.sh) ran past [verifier] timeout_sec = {timeout:g}s"
+    elif needs:
+        why = f"needs the network ({', '.join(needs[:5])}): grading is offline"
+    else:
+        try:
+            total, components = read_reward_files(logs)
+        except GraderFailed as e:
+            why = str(e)
+        else:
+            return Reward(total=total, components=components, details=details)
+    raise GraderFailed(
+        f"{why} (test.sh exit code {details['verifier_exit_code']}). Output tail:\n{tail}",
+        details=details,
+    )
