@@ -1,4 +1,5 @@
-"""``envlab task run|check``: run an agent on task folders, or self-check them.
+"""``envlab task run|check|build|import``: run an agent on task folders, self-check them, build
+their images, import Terminal-Bench 1 tasks.
 
 ``check`` is the contract of a task folder: the oracle (``solution/solve.sh``) scores 1 on every
 run and the no-op agent scores 0, with no infrastructure error. Anything else is a broken task.
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from envlab.cli.console import out, run_app, run_async
+from envlab.cli.task_build import build_cmd
 from envlab.cli.task_import import import_cmd
 
 if TYPE_CHECKING:
@@ -175,6 +177,7 @@ def _print_check(rows: list[CheckRow], title: str) -> None:
 
 
 task_app.command("import")(import_cmd)
+task_app.command("build")(build_cmd)
 
 
 def main() -> None:

@@ -137,14 +137,30 @@ async def check(
     finally:
         await oracle.aclose()
         await noop.aclose()
-    return [await _check_row(folder, oracle_rows, noop_rows) for folder in find_task_folders(path)]
+    images = getattr(spec.config, "images", "off")
+    return [
+        await _check_row(folder, oracle_rows, noop_rows, images)
+        for folder in find_task_folders(path)
+    ]
+
+
+async def _build_notes(folder: TaskFolder, images: str) -> list[str]:
+    """Which mode the task ran in, and where its build differs from Docker's (cached builds)."""
+    from envlab.envs.taskfolder import prepare_workspace
+    from envlab.envs.taskfolder.image_build import build_image
+    from envlab.envs.taskfolder.image_mode import compose_notes, host_mode_reason
+
+    reason = host_mode_reason(folder, images)
+    if reason is None:
+        notes = compose_notes(folder)
+        return ["mode: image", *notes, *(await build_image(folder)).notes]
+    return [f"mode: host ({reason})", *(await prepare_workspace(folder)).notes]
 
 
 async def _check_row(
-    folder: TaskFolder, oracle: list[EpisodeRow], noop: list[EpisodeRow]
+    folder: TaskFolder, oracle: list[EpisodeRow], noop: list[EpisodeRow], images: str = "off"
 ) -> CheckRow:
     from envlab.core.errors import EnvlabError
-    from envlab.envs.taskfolder import prepare_workspace
 
     o = [r for r in oracle if r.task_id == folder.name]
     n = [r for r in noop if r.task_id == folder.name]
@@ -157,7 +173,7 @@ async def _check_row(
                 )
     notes = [f"task.toml: unknown key {k}" for k in folder.config.unknown_keys()]
     try:
-        notes += (await prepare_workspace(folder)).notes
+        notes += await _build_notes(folder, images)
     except EnvlabError as e:
         notes.append(f"build: {e}")
     return CheckRow(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -129,8 +130,11 @@ def instructions(text: str) -> list[Instruction]:
     return out
 
 
-def parse_stages(text: str, *, source: str = "Dockerfile") -> list[Stage]:
-    """Every stage of the Dockerfile ``text``, in order; the last one is the image."""
+def parse_stages(
+    text: str, *, source: str = "Dockerfile", base_workdir: Callable[[str], str] | None = None
+) -> list[Stage]:
+    """Every stage of the Dockerfile ``text``, in order; the last one is the image.
+    ``base_workdir(ref)``: the working directory an image starts in (its own ``WORKDIR``)."""
     stages: list[Stage] = []
     global_args: dict[str, str] = {}
     for ins in instructions(text):
@@ -140,6 +144,8 @@ def parse_stages(text: str, *, source: str = "Dockerfile") -> list[Stage]:
 
         if ins.keyword == "FROM":
             stages.append(_from(ins, stages, global_args, fail))
+            if stages[-1].base_stage is None and base_workdir is not None:
+                stages[-1].config.workdir = base_workdir(stages[-1].base)
         elif not stages:
             if ins.keyword != "ARG":
                 raise fail("only ARG may come before the first FROM")

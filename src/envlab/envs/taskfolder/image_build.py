@@ -21,6 +21,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from envlab.core.errors import ConfigError
 from envlab.envs.taskfolder.build import _copy_archive, _dockerignore, _ignored
 from envlab.envs.taskfolder.dockerfile import DockerfileError
 from envlab.envs.taskfolder.dockerfile_stages import (
@@ -32,15 +33,15 @@ from envlab.envs.taskfolder.dockerfile_stages import (
     parse_stages,
 )
 from envlab.envs.taskfolder.model import TaskFolder
-from envlab.sandbox.image.bases import ensure_base
+from envlab.sandbox.image.bases import ensure_base, recipe_for
 from envlab.sandbox.image.sandbox import ImageSandbox
 from envlab.sandbox.image.store import (
     META,
     Image,
     LayerMeta,
+    alocked,
     commit,
     content_key,
-    alocked,
     images_root,
     remove_tree,
     scratch,
@@ -59,11 +60,12 @@ def _quiet(_what: str, _cached: bool, _s: float) -> None:
 
 async def build_image(task: TaskFolder, *, progress: Progress = _quiet) -> Image:
     """The image of ``task``'s Dockerfile (every layer built or found in the cache)."""
-    dockerfile = task.dockerfile
-    if dockerfile is None:
+    dockerfile, prebuilt = task.dockerfile, task.config.environment.docker_image
+    if dockerfile is None and not prebuilt:
         raise DockerfileError(f"task {task.name} has no environment/Dockerfile to build")
+    text = dockerfile.read_text() if dockerfile is not None else f"FROM {prebuilt}\n"
     source = f"{task.name}/environment/Dockerfile"
-    stages = parse_stages(dockerfile.read_text(), source=source)
+    stages = parse_stages(text, source=source, base_workdir=_base_workdir)
     cfg = task.config.environment
     deadline = time.monotonic() + cfg.build_timeout_sec
     builder = _Builder(task, source, deadline, progress, (cfg.memory_mb or 4096) << 20)
@@ -72,6 +74,13 @@ async def build_image(task: TaskFolder, *, progress: Progress = _quiet) -> Image
         if stage.index in _needed(stages):
             built[stage.index] = await builder.stage(stage, built)
     return built[stages[-1].index]
+
+
+def _base_workdir(ref: str) -> str:
+    try:
+        return recipe_for(ref).workdir
+    except ConfigError:
+        return "/"
 
 
 def _needed(stages: list[Stage]) -> set[int]:

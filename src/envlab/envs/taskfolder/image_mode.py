@@ -13,7 +13,7 @@ import os
 
 from envlab.core.errors import ConfigError, GraderFailed
 from envlab.core.rubric import Reward
-from envlab.envs.taskfolder.dockerfile_stages import parse_stages
+from envlab.envs.taskfolder.dockerfile_stages import CopyStep, parse_stages
 from envlab.envs.taskfolder.image_build import build_image
 from envlab.envs.taskfolder.image_verifier import VerifierPrep, prepare_verifier, run_image_verifier
 from envlab.envs.taskfolder.model import TaskFolder
@@ -26,19 +26,41 @@ from envlab.sandbox.image.store import Image, images_root
 def host_mode_reason(folder: TaskFolder, setting: str) -> str | None:
     """None when ``folder`` runs in its image; else why it runs on the host's filesystem."""
     if setting == "off":
+        if folder.dockerfile is None and folder.config.environment.docker_image:
+            raise ConfigError(
+                f"task {folder.name}: [environment] docker_image = "
+                f"{folder.config.environment.docker_image!r} and no Dockerfile cannot be "
+                "honoured with images off: the task would run on the host's system instead. "
+                "Turn images on (ENVLAB_IMAGES=auto) or add environment/Dockerfile."
+            )
         return "images are off (images = 'off' / ENVLAB_IMAGES=off)"
-    if folder.dockerfile is None:
+    image = folder.config.environment.docker_image
+    if folder.dockerfile is None and not image:
         return "the task has no environment/Dockerfile"
     if os.geteuid() != 0:
+        if folder.dockerfile is None:
+            raise ConfigError(f"task {folder.name}: docker_image = {image!r} needs envlab as root")
         return "envlab is not running as root (an image's files and commands are root's)"
-    stages = parse_stages(folder.dockerfile.read_text(), source=f"{folder.name}/Dockerfile")
-    for stage in stages:
-        if stage.base_stage is not None:
-            continue
+    if folder.dockerfile is None:  # a prebuilt image: honoured only if envlab can build it
         try:
-            recipe_for(stage.base)
+            recipe_for(str(image))
         except ConfigError as e:
-            if not _registered(stage.base):
+            if not _registered(str(image)):
+                raise ConfigError(
+                    f"task {folder.name}: [environment] docker_image = {image!r} and no "
+                    f"Dockerfile: {e}"
+                ) from None
+        return None
+    stages = parse_stages(folder.dockerfile.read_text(), source=f"{folder.name}/Dockerfile")
+    names = {s.name for s in stages if s.name} | {str(s.index) for s in stages}
+    refs = [s.base for s in stages if s.base_stage is None]
+    refs += [c.from_stage for s in stages for c in s.steps
+             if isinstance(c, CopyStep) and c.from_stage and c.from_stage not in names]  # fmt: skip
+    for ref in refs:
+        try:
+            recipe_for(ref)
+        except ConfigError as e:
+            if not _registered(ref):
                 return str(e)
     return None
 
@@ -49,10 +71,41 @@ def _registered(ref: str) -> bool:
     return (images_root() / "bases" / f"local-{content_key(normalise(ref))}").is_dir()
 
 
+def compose_notes(folder: TaskFolder) -> list[str]:
+    """What a task's ``environment/docker-compose.yaml`` asks that envlab does not do. Sidecar
+    services (more than one) are refused: ``ConfigError`` naming them."""
+    path = folder.environment_dir / "docker-compose.yaml"
+    if not path.is_file():
+        return []
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    services = data.get("services") or {}
+    if len(services) > 1:
+        main = "main" if "main" in services else next(iter(services))
+        others = ", ".join(s for s in services if s != main)
+        raise ConfigError(
+            f"task {folder.name}: environment/docker-compose.yaml runs sidecar services ("
+            f"{others}) beside {main}: envlab cannot run them without Docker (they would be "
+            "sibling sandboxes on a private network, not built yet). Run the task with "
+            "Harbor's docker environment, or fold the services into the Dockerfile."
+        )
+    service = next(iter(services.values()), {}) or {}
+    known = {"build", "image", "command", "environment", "deploy", "container_name"}
+    ignored = sorted(k for k in service if k not in known)
+    if not ignored:
+        return []
+    return [f"docker-compose.yaml: {', '.join(ignored)} not honoured (one service: its image runs)"]
+
+
 async def reset_in_image(
     folder: TaskFolder, limits: Limits
 ) -> tuple[Image, VerifierPrep, ImageSandbox]:
     """Build (or find) the image and the verifier's caches; a fresh sandbox over the image."""
+    compose_notes(folder)  # refuses sidecars before building anything
     image = await build_image(folder)
     prep = await prepare_verifier(folder, image)
     try:

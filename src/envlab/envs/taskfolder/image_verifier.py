@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,9 @@ from envlab.sandbox.image.store import (
     META,
     Image,
     LayerMeta,
+    alocked,
     commit,
     content_key,
-    alocked,
     images_root,
     locked,
     remove_tree,
@@ -178,6 +179,31 @@ async def run_image_verifier(
         await box.close()
 
 
+_MISSES = (
+    (re.compile(r"No matching distribution found for (\S+)"), "pip: {}"),
+    (re.compile(r"Because (\S+) was not found in the cache"), "uv: {}"),
+    (re.compile(r"Failed to fetch: `(\S+)`"), "{}"),
+    (re.compile(r"Could not resolve host:? '?([\w.-]+)"), "https://{}"),
+    (re.compile(r"(?:getaddrinfo|resolve|connect)[^\n]*?(?:host|to) '?([\w-]+\.[\w.-]+)"), "{}"),
+)
+_APT_NOISE = ("Err:", "W:", "Ign:", "E: Failed to fetch", "E: Some index files")
+
+
+def offline_misses(output: str) -> list[str]:
+    """What the tests tried to fetch and could not, read off their output (pip's, uv's, curl's
+    and resolvers' messages); apt's failed index updates are expected offline and ignored."""
+    found: list[str] = []
+    for line in output.splitlines():
+        if line.lstrip().startswith(_APT_NOISE):
+            continue
+        for pattern, form in _MISSES:
+            for m in pattern.finditer(line):
+                what = form.format(m.group(1).rstrip("`'\".,:"))
+                if what not in found:
+                    found.append(what)
+    return found[:20]
+
+
 def judge_image(res: ExecResult, logs: Path, report: Path, timeout: float) -> Reward:
     """The valid reward of one run of test.sh in an image, or ``GraderFailed`` saying why."""
     details: dict[str, Any] = {
@@ -187,6 +213,10 @@ def judge_image(res: ExecResult, logs: Path, report: Path, timeout: float) -> Re
         "sandbox_mode": "image",
     }
     needs = offline.read_needs_network(report)
+    if not needs and (res.exit_code != 0 or res.timed_out):
+        # a fetch that went past the shims (pip, uv, a library in the tests) and failed: the
+        # grade counts only where the tests passed anyway
+        needs = offline_misses(res.stdout + "\n" + res.stderr)
     if needs:
         details["needs_network"] = needs
     tail = str(details["verifier_output_tail"])[-1500:]

@@ -84,8 +84,14 @@ class BaseRecipe:
     notes: tuple[str, ...] = ()
 
     @property
+    def all_packages(self) -> tuple[str, ...]:
+        """Ubuntu's minbase has no apt (its images do): added, with Ubuntu's archive keys."""
+        extra = ("apt", "ubuntu-keyring") if self.distro == "ubuntu" else ()
+        return extra + self.packages
+
+    @property
     def key(self) -> str:
-        what = (RECIPE_VERSION, self.distro, self.suite, self.packages, self.hooks)
+        what = (RECIPE_VERSION, self.distro, self.suite, self.all_packages, self.hooks)
         return f"{self.distro}-{self.suite}-{content_key(*what)[:12]}"
 
 
@@ -231,8 +237,8 @@ def _mmdebstrap(recipe: BaseRecipe, target: Path) -> None:
         security = f"deb {DEBIAN_SECURITY} {recipe.suite}-security main"
         mirrors = [f"deb {DEBIAN} {recipe.suite} main", f"deb {DEBIAN} {recipe.suite}-updates main"]
         mirrors.append(security)
-    if recipe.packages:
-        argv.append("--include=" + ",".join(recipe.packages))
+    if recipe.all_packages:
+        argv.append("--include=" + ",".join(recipe.all_packages))
     for hook in recipe.hooks:
         argv.append(f'--customize-hook=chroot "$1" sh -c {shlex.quote(hook)}')
     # what Docker puts in every container: these are bound over at run time

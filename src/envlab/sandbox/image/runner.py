@@ -35,7 +35,10 @@ SHM_BYTES = 64 << 20
 HOST_CA = "/run/envlab/host-ca.crt"
 _CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
             "NODE_EXTRA_CA_CERTS")  # fmt: skip
-_PROXY_VARS = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
+_PROXY_VARS = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+               "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "UV_INDEX_URL", "UV_DEFAULT_INDEX",
+               "UV_EXTRA_INDEX_URL", "UV_INDEX")  # fmt: skip
+"""The host's proxies and package indexes (a mirror) also apply to network steps."""
 
 
 def host_network_trust() -> tuple[list[Mount], dict[str, str]]:

@@ -1,0 +1,101 @@
+"""Run ``envlab task check`` on every task of a directory of Terminal-Bench tasks; one row each.
+
+    python bench/terminal_bench.py TB1_TASKS_DIR --out /tmp/tb1-run [--jobs 2] [--only a,b]
+
+``TB1_TASKS_DIR`` holds TB1 folders (``task.yaml``, ``run-tests.sh``, ...): they are imported
+with ``envlab task import terminal-bench`` into ``OUT/harbor`` (no hand edits), then each is
+checked on its own (``--runs 1 --noop-runs 1``, images on) in a subprocess with a time limit.
+``OUT/results/<task>.json`` keeps each check's JSON and ``OUT/summary.json`` the rows:
+task, oracle reward, no-op reward, seconds, pass (oracle 1 and no-op 0) and the cause of a
+failure as the check reported it. envlab ships none of the tasks: fetch them yourself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def _row(task: str, data: object, seconds: float, err: str) -> dict[str, object]:
+    row: dict[str, object] = {"task": task, "seconds": round(seconds, 1), "pass": False}
+    if not isinstance(data, list) or not data:
+        row["cause"] = err[-800:] or "no result"
+        return row
+    check = data[0]
+    oracle = check.get("oracle") or [{}]
+    noop = check.get("noop") or [{}]
+    row |= {
+        "oracle": oracle[0].get("reward"),
+        "noop": noop[0].get("reward"),
+        "pass": bool(check.get("ok")),
+        "mode": next((n for n in check.get("notes", []) if n.startswith("mode:")), ""),
+        "cause": "; ".join(check.get("problems", []))[-1500:],
+    }
+    return row
+
+
+async def _check(task: Path, out: Path, timeout: float) -> dict[str, object]:
+    t0 = time.monotonic()
+    argv = [sys.executable, "-m", "envlab.cli.main", "task", "check", str(task)]
+    argv += ["--runs", "1", "--noop-runs", "1", "--concurrency", "2", "--json"]
+    env = {**os.environ, "ENVLAB_IMAGES": "auto"}
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
+    )
+    try:
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return _row(task.name, None, time.monotonic() - t0, f"check ran past {timeout:g} s")
+    (out / f"{task.name}.json").write_bytes(stdout)
+    (out / f"{task.name}.err").write_bytes(stderr[-20000:])
+    try:
+        data = json.loads(stdout)
+    except json.JSONDecodeError:
+        data = None
+    return _row(task.name, data, time.monotonic() - t0, stderr.decode(errors="replace"))
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("tasks", type=Path)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=2400.0)
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    harbor = args.out / "harbor"
+    if not harbor.exists():
+        cmd = [sys.executable, "-m", "envlab.cli.main", "task", "import", "terminal-bench"]
+        proc = await asyncio.create_subprocess_exec(*cmd, str(args.tasks), "--out", str(harbor))
+        await proc.wait()
+    results = args.out / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    only = set(filter(None, args.only.split(",")))
+    tasks = sorted(p for p in harbor.iterdir() if p.is_dir() and (not only or p.name in only))
+    gate = asyncio.Semaphore(args.jobs)
+    rows: list[dict[str, object]] = []
+
+    async def one(task: Path) -> None:
+        async with gate:
+            row = await _check(task, results, args.timeout)
+        rows.append(row)
+        mark = "PASS" if row["pass"] else "fail"
+        print(f"{mark} {row['task']:40s} {row['seconds']:7.1f}s {str(row.get('cause'))[:150]}",
+              flush=True)  # fmt: skip
+        summary = sorted(rows, key=lambda r: str(r["task"]))
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+
+    await asyncio.gather(*(one(t) for t in tasks))
+    passed = sum(1 for r in rows if r["pass"])
+    print(f"{passed} of {len(rows)} tasks: oracle 1 and no-op 0")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
