@@ -32,6 +32,7 @@ from envlab.sandbox.image.runner import (
     host_network_trust,
     image_args,
 )
+from envlab.sandbox.image.squash import fit
 from envlab.sandbox.image.store import Image
 from envlab.sandbox.limits import Cgroup, GiB, Limits
 from envlab.sandbox.owner import current_owner
@@ -98,7 +99,7 @@ class ImageSandbox(Sandbox):
             trust_mounts, trust_env = host_network_trust()
             self._mounts += trust_mounts
             self.env = {**trust_env, **self.env}
-        self._lowers = [*image.lowers, *extra_lowers]
+        self._lowers = [*fit(image.lowers, list(extra_lowers)), *extra_lowers]
         self._running: set[int] = set()
         self._one_at_a_time = asyncio.Lock()  # an upper layer takes one mount at a time
         self.storage: Storage | None = None
