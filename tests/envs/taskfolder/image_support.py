@@ -36,11 +36,68 @@ from envlab.sandbox.image.store import Image
 TINY = "envlab-test/tiny:1"
 LIMITS = Limits(memory_bytes=1 << 30)
 PROGRAMS = (
-    "sh dash bash ls cat mkdir mv cp rm chmod chown echo mktemp dirname basename env id pwd "
-    "sleep true false test head tail wc touch ln readlink stat sort uniq tr cut grep sed tar "
-    "gzip find setpriv mount uname printf expr seq xargs timeout kill rmdir date du dd chgrp "
-    "sha256sum md5sum realpath nproc hostname ps which cmp diff"
-).split()
+    "sh",
+    "dash",
+    "bash",
+    "ls",
+    "cat",
+    "mkdir",
+    "mv",
+    "cp",
+    "rm",
+    "chmod",
+    "chown",
+    "echo",
+    "mktemp",
+    "dirname",
+    "basename",
+    "env",
+    "id",
+    "pwd",
+    "sleep",
+    "true",
+    "false",
+    "test",
+    "head",
+    "tail",
+    "wc",
+    "touch",
+    "ln",
+    "readlink",
+    "stat",
+    "sort",
+    "uniq",
+    "tr",
+    "cut",
+    "grep",
+    "sed",
+    "tar",
+    "gzip",
+    "find",
+    "setpriv",
+    "mount",
+    "uname",
+    "printf",
+    "expr",
+    "seq",
+    "xargs",
+    "timeout",
+    "kill",
+    "rmdir",
+    "date",
+    "du",
+    "dd",
+    "chgrp",
+    "sha256sum",
+    "md5sum",
+    "realpath",
+    "nproc",
+    "hostname",
+    "ps",
+    "which",
+    "cmp",
+    "diff",
+)
 PYTHON = Path("/usr/bin/python3.11")
 PY_LIB = Path("/usr/lib/python3.11")
 _PY_SKIP = {"test", "idlelib", "tkinter", "lib2to3", "pydoc_data", "ensurepip", "turtledemo"}
@@ -110,6 +167,9 @@ def make_tiny_rootfs(root: Path) -> Path:
         libs |= _libraries(host.resolve())
     _copy_path(str(PYTHON), root)
     libs |= _libraries(PYTHON)
+    uv = shutil.which("uv")  # the offline kit's uv runs in the image: its libraries too
+    if uv is not None:
+        libs |= _libraries(Path(uv))
     for lib in sorted(libs):
         _copy_path(lib, root)
     ignore = shutil.ignore_patterns(*_PY_SKIP, "config-3.11-*", "dist-packages")
@@ -254,6 +314,9 @@ import os, sys
 
 
 def main():
+    if "--help" in sys.argv:
+        print("usage: pytest [files]")
+        return 0
     ok = os.path.exists("/app/done")
     print("fake pytest:", "1 passed" if ok else "1 failed", sys.argv[1:])
     return 0 if ok else 1
@@ -294,7 +357,13 @@ def local_index() -> Iterator[str]:
     root = b'<html><body><a href="/simple/pytest/">pytest</a></body></html>'
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_HEAD(self) -> None:
+            self._serve(head=True)
+
+        def do_GET(self) -> None:
+            self._serve(head=False)
+
+        def _serve(self, head: bool) -> None:
             path = self.path.split("?")[0]
             if path in ("/simple/pytest/", "/simple/pytest"):
                 body, kind = page, "text/html"
@@ -309,7 +378,8 @@ def local_index() -> Iterator[str]:
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            if not head:
+                self.wfile.write(body)
 
         def log_message(self, *_args: object) -> None:
             pass

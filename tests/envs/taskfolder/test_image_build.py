@@ -19,17 +19,20 @@ from envlab.envs.taskfolder.model import load_task_folder
 from envlab.sandbox.image.bases import recipe_for
 from envlab.sandbox.image.sandbox import ImageSandbox
 from envlab.sandbox.image.store import Image
-from tests.envs.taskfolder.image_support import (  # noqa: F401 (fixtures)
+from tests.envs.taskfolder import image_support
+from tests.envs.taskfolder.image_support import (
     LIMITS,
     Events,
     build,
-    image_cache,
     needs_image_host,
     sh,
-    tiny_base,
-    tiny_rootfs,
     write_task,
 )
+
+# the session's fixtures (a private ENVLAB_CACHE_DIR, the tiny base)
+image_cache = image_support.image_cache
+tiny_base = image_support.tiny_base
+tiny_rootfs = image_support.tiny_rootfs
 
 pytestmark = needs_image_host
 
@@ -138,10 +141,15 @@ def test_copy_chmod(rich: tuple[Image, str]) -> None:
     assert facts["tool-out"] == "tool-ran"
 
 
-def test_heredocs(rich: tuple[Image, str]) -> None:
+def test_run_heredoc_is_the_script(rich: tuple[Image, str]) -> None:
+    facts = _facts(rich[1])
+    assert facts["/opt/heredoc-run.txt"].strip() == "heredoc script ran hello world"
+
+
+def test_copy_heredoc_to_a_file_path_writes_that_file(rich: tuple[Image, str]) -> None:
+    """``COPY <<EOF /etc/heredoc.txt`` makes the file /etc/heredoc.txt (not a directory)."""
     facts = _facts(rich[1])
     assert facts["/etc/heredoc.txt"].strip() == "inline line one"
-    assert facts["/opt/heredoc-run.txt"].strip() == "heredoc script ran hello world"
 
 
 def test_workdir_env_arg_shell_user(rich: tuple[Image, str]) -> None:
@@ -286,7 +294,8 @@ def _digest(paths: list[Path]) -> str:
 
 
 def test_an_episode_never_writes_the_image_layers(tiny_base: str, tmp_path: Path) -> None:
-    dockerfile = f"FROM {tiny_base}\nCOPY conf.txt /etc/x\nRUN mkdir -p /opt && echo layer > /opt/layer.txt\n"
+    dockerfile = f"FROM {tiny_base}\nCOPY conf.txt /etc/x\n"
+    dockerfile += "RUN mkdir -p /opt && echo layer > /opt/layer.txt\n"
     image = build(write_task(tmp_path, "ro", dockerfile, files={"conf.txt": "original\n"}))
     before = _digest(image.lowers)
 

@@ -218,10 +218,11 @@ class _Builder:
 
     async def _copy(self, box: ImageSandbox, step: CopyStep) -> None:
         for archive, script in await self._archives(step):
-            if step.copy.chmod is not None:
-                script += f" && chmod -R {step.copy.chmod:o} -- {shlex.quote(step.copy.dest)}"
-            if step.chown:
-                script += f" && chown -R {shlex.quote(step.chown)} -- {shlex.quote(step.copy.dest)}"
+            paths = _copied(archive, script, step.copy.dest)  # only what this COPY wrote
+            if step.copy.chmod is not None and paths:
+                script += f" && chmod {step.copy.chmod:o} -- {paths}"
+            if step.chown and paths:
+                script += f" && chown -h {shlex.quote(step.chown)} -- {paths}"
             await self._sh(box, step.line, script, archive)
 
     async def _archives(self, step: CopyStep) -> list[tuple[bytes, str]]:
@@ -230,7 +231,9 @@ class _Builder:
         into = f"mkdir -p -- {d} && tar -x --no-same-owner -f - -C {d}"
         out: list[tuple[bytes, str]] = []
         if step.inline:
-            out.append((_tar([(n, body.encode(), 0o644) for n, body in step.inline]), into))
+            files = [(n, body.encode(), 0o644) for n, body in step.inline]
+            one = len(files) == 1 and not c.sources and not c.dest.endswith("/")
+            out.append((_tar(files), _single(c.dest) if one else into))
         urls = [s for s in c.sources if "://" in s]
         if urls:
             out += [(await asyncio.to_thread(_fetch, u, c.dest), _single(c.dest)) for u in urls]
@@ -305,7 +308,7 @@ class _Builder:
         h = hashlib.sha256()
         root = self.task.environment_dir
         for pattern in patterns:
-            for p in sorted(root.glob(pattern)) if "://" not in pattern else []:
+            for p in _matches(root, pattern):
                 for f in [p, *sorted(p.rglob("*"))] if p.is_dir() else [p]:
                     rel = f.relative_to(root).as_posix()
                     if _ignored(rel, self.ignore):
@@ -318,6 +321,27 @@ class _Builder:
                         h.update(hashlib.sha256(f.read_bytes()).digest())
             h.update(pattern.encode())
         return h.hexdigest()
+
+
+def _copied(archive: bytes, script: str, dest: str) -> str:
+    """The quoted paths a copy's archive lands on: the destination itself when it is one file
+    renamed, else each member under the destination directory."""
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        names = [m.name.lstrip("./") for m in tar.getmembers() if m.name not in (".", "./")]
+    if "mv -f" in script and len(names) == 1:
+        return shlex.quote(dest)
+    base = dest.rstrip("/") or ""
+    return " ".join(shlex.quote(f"{base}/{n}") for n in names)
+
+
+def _matches(root: Path, pattern: str) -> list[Path]:
+    """The context paths a ``COPY`` source names (a glob, or one path such as ``.``)."""
+    if "://" in pattern:
+        return []
+    if any(c in pattern for c in "*?["):
+        return sorted(root.glob(pattern))
+    path = root / pattern
+    return [path] if path.exists() else []
 
 
 def _single(dest: str) -> str:

@@ -28,6 +28,7 @@ from envlab.envs.taskfolder.model import TaskFolder
 from envlab.envs.taskfolder.reward_file import read_reward_files
 from envlab.envs.taskfolder.verifier import LOGS
 from envlab.sandbox import ExecResult, Limits, Mount
+from envlab.sandbox.image.runner import host_network_trust
 from envlab.sandbox.image.sandbox import ImageSandbox
 from envlab.sandbox.image.store import (
     META,
@@ -42,7 +43,7 @@ from envlab.sandbox.image.store import (
     scratch,
 )
 
-OFFLINE_VERSION = "2"
+OFFLINE_VERSION = "3"
 WHEELS = "/var/cache/envlab/wheels"
 """Where the warm-up leaves wheels for ``pip install`` (in the verifier layer)."""
 REPORT = "/opt/envlab/report"
@@ -107,7 +108,10 @@ async def _warm(
         (tmp / "work").mkdir()
         versions = uv_versions(needs)
         script = offline.warmup_script(
-            needs, versions[0] if versions else "latest", wheels_dir=WHEELS
+            needs,
+            versions[0] if versions else "latest",
+            wheels_dir=WHEELS,
+            workdir=image.config.workdir if image.config.workdir != "/" else "",
         )
         box = await ImageSandbox.create(
             image=image, upper=(tmp / "upper", tmp / "work"), network=True, user="root",
@@ -137,6 +141,9 @@ def verifier_image_env(task: TaskFolder, image: Image) -> dict[str, str]:
     env.update(offline.offline_env())
     env["PATH"] = offline.offline_path(env.get("PATH", "/usr/local/bin:/usr/bin:/bin"))
     env["PIP_FIND_LINKS"] = WHEELS
+    # uv's cache is keyed by index: offline, it must look under the index the warm-up used
+    # (the host's mirror, if any); nothing connects to it
+    env |= {k: v for k, v in host_network_trust()[1].items() if "INDEX" in k}
     env["TEST_DIR"] = "/tests"
     env["ENVLAB_OFFLINE_REPORT"] = f"{REPORT}/needs-network.txt"
     return env
@@ -213,24 +220,25 @@ def judge_image(res: ExecResult, logs: Path, report: Path, timeout: float) -> Re
         "sandbox_mode": "image",
     }
     needs = offline.read_needs_network(report)
-    if not needs and (res.exit_code != 0 or res.timed_out):
-        # a fetch that went past the shims (pip, uv, a library in the tests) and failed: the
-        # grade counts only where the tests passed anyway
-        needs = offline_misses(res.stdout + "\n" + res.stderr)
-    if needs:
-        details["needs_network"] = needs
-    tail = str(details["verifier_output_tail"])[-1500:]
-    if res.timed_out:
-        why = f"the verifier (tests/test.sh) ran past [verifier] timeout_sec = {timeout:g}s"
-    elif needs:
-        why = f"needs the network ({', '.join(needs[:5])}): grading is offline"
-    else:
+    total: float | None = None
+    why = ""
+    if not res.timed_out and not needs:
         try:
             total, components = read_reward_files(logs)
         except GraderFailed as e:
             why = str(e)
-        else:
-            return Reward(total=total, components=components, details=details)
+    if not needs and (total is None or total <= 0):
+        # a fetch that went past the shims (pip, uv, a library in the tests) and failed: a
+        # grade stands only where the tests passed anyway
+        needs = offline_misses(res.stdout + "\n" + res.stderr)
+    if needs:
+        details["needs_network"] = needs
+        why = f"needs the network ({', '.join(needs[:5])}): grading is offline"
+    elif res.timed_out:
+        why = f"the verifier (tests/test.sh) ran past [verifier] timeout_sec = {timeout:g}s"
+    elif total is not None:
+        return Reward(total=total, components=components, details=details)
+    tail = str(details["verifier_output_tail"])[-1500:]
     raise GraderFailed(
         f"{why} (test.sh exit code {details['verifier_exit_code']}). Output tail:\n{tail}",
         details=details,

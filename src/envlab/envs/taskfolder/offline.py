@@ -255,6 +255,7 @@ def warmup_script(
     *,
     mount: str = MOUNT,
     wheels_dir: str | None = None,
+    workdir: str = "",
 ) -> str:
     """A POSIX sh script (bash runs it too) that fills the caches the offline run reads.
 
@@ -265,7 +266,8 @@ def warmup_script(
     q = shlex.quote
     wheels = wheels_dir or f"{mount}/wheels"
     uv = f"{mount}/uv/{uv_version}/uv"
-    lines = [_WARMUP_HEAD.replace("@UV@", q(uv)).replace("@WHEELS@", q(wheels))]
+    head = _WARMUP_HEAD.replace("@UV@", q(uv)).replace("@WHEELS@", q(wheels))
+    lines = [head.replace("@WORKDIR@", q(workdir) if workdir else "''")]
     if needs.apt_packages:
         lines.append(f"step apt envlab_apt {' '.join(q(p) for p in needs.apt_packages)}")
     if needs.uses_uv or needs.installs:
@@ -341,6 +343,13 @@ envlab_pip_wheels() {
       python3 -m pip download -d "$envlab_wheels" "$@"; }
 }
 envlab_project=$(mktemp -d) || exit 1
+envlab_workdir=@WORKDIR@
+# the tests' `uv init`/`uv add` run in the image's working directory: a project there (its
+# pyproject.toml, lock, sources) takes part in the resolution, so the warm-up starts from a copy
+if [ -n "$envlab_workdir" ] && [ -f "$envlab_workdir/pyproject.toml" ] &&
+   [ "$(du -sk "$envlab_workdir" | cut -f1)" -lt 204800 ]; then
+  cp -a "$envlab_workdir/." "$envlab_project/" && rm -rf "$envlab_project/.venv"
+fi
 """
 
 _WARMUP_TAIL = r"""rm -rf "$envlab_project"

@@ -42,6 +42,8 @@ from envlab.sandbox.storage import Storage
 log = logging.getLogger(__name__)
 STORAGE_BYTES = 8 * GiB
 """The bound of a sandbox's writes when its limits set no ``storage_bytes``."""
+MEMORY_BYTES = 4 * GiB
+"""Its memory when its limits set none."""
 
 
 def image_env(image: Image, user: str = "root") -> dict[str, str]:
@@ -87,6 +89,8 @@ class ImageSandbox(Sandbox):
         limits = limits or Limits()
         if limits.storage_bytes is None:
             limits = limits.model_copy(update={"storage_bytes": STORAGE_BYTES})
+        if limits.memory_bytes is None:  # the cgroup is how its processes are found
+            limits = limits.model_copy(update={"memory_bytes": MEMORY_BYTES})
         self.limits, self.image, self.network, self.keep = limits, image, network, keep
         self.seccomp = seccomp
         self.user = user or image.config.user
