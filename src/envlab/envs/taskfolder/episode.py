@@ -246,7 +246,6 @@ class TerminalEpisode(ToolEnv):
     async def _verify(self) -> Reward:
         if self.box is not None and self.folder is not None and self.image is not None:
             assert self.verifier_prep is not None
-            await self.box.kill_all()  # every process of the agent is gone
             return await grade_in_image(self.folder, self.image, self.box, self.verifier_prep)
         if self.box is None or self.folder is None or self.prepared is None:
             raise EpisodeOrderError("grade() was called before reset() prepared a sandbox")

@@ -13,12 +13,19 @@ import os
 
 from envlab.core.errors import ConfigError, GraderFailed
 from envlab.core.rubric import Reward
+from envlab.envs.taskfolder import offline
 from envlab.envs.taskfolder.dockerfile_stages import CopyStep, parse_stages
 from envlab.envs.taskfolder.image_build import build_image
-from envlab.envs.taskfolder.image_verifier import VerifierPrep, prepare_verifier, run_image_verifier
+from envlab.envs.taskfolder.image_verifier import (
+    VerifierPrep,
+    prepare_verifier,
+    run_image_verifier,
+    run_shared_verifier,
+)
 from envlab.envs.taskfolder.model import TaskFolder
-from envlab.sandbox import Limits, SandboxError
+from envlab.sandbox import Limits, Mount, SandboxError
 from envlab.sandbox.image.bases import normalise, recipe_for
+from envlab.sandbox.image.persistent import SharedImageSandbox
 from envlab.sandbox.image.sandbox import ImageSandbox
 from envlab.sandbox.image.store import Image, images_root
 
@@ -101,6 +108,13 @@ def compose_notes(folder: TaskFolder) -> list[str]:
     return [f"docker-compose.yaml: {', '.join(ignored)} not honoured (one service: its image runs)"]
 
 
+def shared_verifier(folder: TaskFolder) -> bool:
+    """Whether the task asks for Harbor's shared verifier mode (the tests in the agent's own
+    environment, its processes alive): ``[verifier] environment_mode = "shared"``."""
+    v = folder.config.verifier
+    return (getattr(v, "model_extra", None) or {}).get("environment_mode") == "shared"
+
+
 async def reset_in_image(
     folder: TaskFolder, limits: Limits
 ) -> tuple[Image, VerifierPrep, ImageSandbox]:
@@ -108,14 +122,17 @@ async def reset_in_image(
     compose_notes(folder)  # refuses sidecars before building anything
     image = await build_image(folder)
     prep = await prepare_verifier(folder, image)
+    options: dict[str, object] = dict(
+        image=image, limits=limits, network=folder.config.network_for("agent"),
+        env=folder.config.environment.env, name=f"agent-{folder.name}",
+    )  # fmt: skip
     try:
-        box = await ImageSandbox.create(
-            image=image,
-            limits=limits,
-            network=folder.config.network_for("agent"),
-            env=folder.config.environment.env,
-            name=f"agent-{folder.name}",
-        )
+        if shared_verifier(folder):  # the verifier's caches and kit are there from the start
+            options["extra_lowers"] = [prep.layer] if prep.layer else []
+            options["mounts"] = [Mount(prep.kit, offline.MOUNT)]
+            box: ImageSandbox = await SharedImageSandbox.create(**options)  # type: ignore[arg-type]
+        else:
+            box = await ImageSandbox.create(**options)  # type: ignore[arg-type]
     except OSError as e:
         raise SandboxError(f"could not set up the sandbox of task {folder.name!r}: {e}") from e
     return image, prep, box
@@ -124,9 +141,13 @@ async def reset_in_image(
 async def grade_in_image(
     folder: TaskFolder, image: Image, box: ImageSandbox, prep: VerifierPrep
 ) -> Reward:
-    """The tests over the agent's frozen layer (its processes are already dead)."""
+    """The tests over the agent's frozen layer (its processes killed first); in the shared
+    mode, in the agent's own sandbox with its processes alive."""
     cfg = folder.config.environment
     try:
+        if isinstance(box, SharedImageSandbox):
+            return await run_shared_verifier(folder, image, box)
+        await box.kill_all()
         return await run_image_verifier(
             folder,
             image,

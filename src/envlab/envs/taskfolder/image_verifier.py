@@ -211,6 +211,28 @@ def offline_misses(output: str) -> list[str]:
     return found[:20]
 
 
+async def run_shared_verifier(task: TaskFolder, image: Image, box: Any) -> Reward:
+    """Harbor's shared mode: ``tests/test.sh`` in the agent's own sandbox, whose processes are
+    alive (``SharedImageSandbox``): the pristine tests copied in, the logs wiped first."""
+    timeout = task.config.verifier.timeout_sec
+    for target in ("/tests", LOGS, REPORT):
+        await asyncio.to_thread(box.clear, target)
+    await asyncio.to_thread(
+        shutil.copytree, task.tests_dir, box.shared("/tests"), symlinks=True, dirs_exist_ok=True
+    )
+    res = await box.exec(
+        ["bash", "/tests/test.sh"], timeout=timeout, env=verifier_image_env(task, image)
+    )
+    report = box.shared(REPORT) / "needs-network.txt"
+    try:
+        reward = judge_image(res, box.shared(LOGS), report, timeout)
+    except GraderFailed as e:
+        e.details["verifier_mode"] = "shared"
+        raise
+    reward.details["verifier_mode"] = "shared"
+    return reward
+
+
 def judge_image(res: ExecResult, logs: Path, report: Path, timeout: float) -> Reward:
     """The valid reward of one run of test.sh in an image, or ``GraderFailed`` saying why."""
     details: dict[str, Any] = {

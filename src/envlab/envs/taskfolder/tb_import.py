@@ -19,6 +19,7 @@ refused; the main service is ``client``, else the one with TB1's client image, e
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -62,7 +63,7 @@ class TB1TaskConfig(BaseModel):
     max_agent_timeout_sec: float = Field(360.0, gt=0, allow_inf_nan=False)
     max_test_timeout_sec: float = Field(60.0, gt=0, allow_inf_nan=False)
 
-    def task_toml(self) -> str:
+    def task_toml(self, shared: bool = False) -> str:
         """``task.toml`` with what Harbor's mapper sets (its other defaults are envlab's too)."""
         meta = self.model_dump(exclude={"instruction", "max_agent_timeout_sec"})
         meta.pop("max_test_timeout_sec")
@@ -72,6 +73,8 @@ class TB1TaskConfig(BaseModel):
         # envlab grades offline: what test.sh fetches is served from caches filled at build
         # time (envs/taskfolder/offline.py); anything else is `needs the network (URL)`
         lines += ['network_mode = "no-network"']
+        if shared:  # TB1 ran its tests in the agent's container: a server it started is there
+            lines += ['environment_mode = "shared"']
         lines += ["", "[agent]", f"timeout_sec = {_toml(self.max_agent_timeout_sec)}"]
         lines += ["", "[environment]", 'network_mode = "public"']
         return "\n".join(lines) + "\n"
@@ -207,8 +210,31 @@ def map_task(src: Path, out: Path) -> TaskImport:
         config.instruction if config.instruction.endswith("\n") else config.instruction + "\n"
     )
     (out / "instruction.md").write_text(instruction, encoding="utf-8")
-    (out / "task.toml").write_text(config.task_toml(), encoding="utf-8")
+    shared = starts_a_service(out / "solution" / "solve.sh")
+    if shared:
+        result.notes.append(
+            "the solution leaves a process running: [verifier] environment_mode = 'shared'"
+        )
+    (out / "task.toml").write_text(config.task_toml(shared), encoding="utf-8")
     return result
+
+
+_SERVICE = re.compile(
+    r"(^|[\s;(])(nohup|setsid|daemonize)\s|[^&]&\s*(#.*)?$|\bservice\s+\S+\s+(re)?start\b|"
+    r"\bsystemctl\s+(re)?start\b|--daemon\b|\b(nginx|sshd|redis-server|mysqld|mongod|cron|"
+    r"apache2ctl|php-fpm\S*|dockerd)(\s|$)",
+    re.MULTILINE,
+)
+
+
+def starts_a_service(solve: Path) -> bool:
+    """Whether ``solve.sh`` leaves a process running for the tests (a server in the background,
+    a daemon): TB1 graded in the agent's container, so such tasks need Harbor's shared mode."""
+    if not solve.is_file():
+        return False
+    lines = [ln for ln in solve.read_text(errors="replace").splitlines()
+             if not ln.lstrip().startswith("#")]  # fmt: skip
+    return bool(_SERVICE.search("\n".join(lines)))
 
 
 def _write_test_sh(run_tests: Path, target: Path) -> None:

@@ -1,0 +1,219 @@
+"""``SharedImageSandbox``: an image sandbox whose namespaces live as long as it does.
+
+Harbor's *shared* verifier mode (``[verifier] environment_mode = "shared"``): the tests run in
+the agent's own environment, so a server the agent started is still there for them. One
+``bwrap`` holds the namespaces (its command is the image's ``sleep infinity``); every command
+enters them with ``nsenter`` (``docker exec``, in effect), keeps Docker's capability set
+(``setpriv --bounding-set``) and joins the sandbox's cgroup. A process a command leaves in the
+background lives on. ``/tests``, ``/logs/verifier`` and the offline kit are mounted from the
+start (the tests' directory stays empty until grading; the logs are wiped before test.sh runs).
+
+The integrity cost, which ``envlab vet`` reports: the agent's processes are alive while its work
+is graded, so one of them may rewrite the reward after test.sh wrote it; and ``nsenter``'d
+commands run without envlab's seccomp filter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from envlab.sandbox.base import ExecRequest, Mount, SandboxError
+from envlab.sandbox.gate import StartGate, seccomp_fd
+from envlab.sandbox.image.runner import DOCKER_CAPS
+from envlab.sandbox.image.sandbox import ImageSandbox
+from envlab.sandbox.owner import scratch_dir
+from envlab.sandbox.process import CappedBuffer, RawResult
+
+_CD = 'cd -- "$1" 2>/dev/null || { echo "envlab: no such directory" >&2; exit 201; }; shift; '
+_CD += 'exec "$@"'
+
+
+SHARED_DIRS = {"/tests": False, "/logs/verifier": True, "/opt/envlab/report": True,
+               "/solution": False}  # fmt: skip
+"""Mounted from the start (writable from inside or not); the host fills them when needed."""
+
+
+def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.write(data)
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.close()
+
+
+def _capped(f: Any, limit: int) -> tuple[bytes, bool]:
+    """What a command wrote to ``f``, at most ``limit`` bytes (its head and tail)."""
+    f.flush()
+    size = f.seek(0, os.SEEK_END)
+    buf = CappedBuffer(limit)
+    f.seek(0)
+    while chunk := f.read(1 << 20):
+        buf.feed(chunk)
+    return buf.getvalue(), size > limit
+
+
+class SharedImageSandbox(ImageSandbox):
+    """Build one with ``await SharedImageSandbox.create(image=..., ...)``; ``shared(path)`` is
+    the host directory behind one of ``SHARED_DIRS``."""
+
+    def __init__(self, **options: Any) -> None:
+        self.shared_root = scratch_dir("shared-")
+        self._shared: dict[str, Path] = {}
+        for i, target in enumerate(SHARED_DIRS):
+            host = self.shared_root / str(i)
+            host.mkdir(mode=0o755)
+            self._shared[target] = host
+        extra = [Mount(h, t, writable=SHARED_DIRS[t]) for t, h in self._shared.items()]
+        try:
+            super().__init__(mounts=[*options.pop("mounts", ()), *extra], **options)
+        except BaseException:
+            shutil.rmtree(self.shared_root, ignore_errors=True)
+            raise
+        self._init: subprocess.Popen[bytes] | None = None
+        self._target: int | None = None
+        nsenter = shutil.which("nsenter")
+        if nsenter is None:
+            raise SandboxError("the shared verifier mode needs nsenter (util-linux) on the host")
+        self._nsenter = nsenter
+
+    def shared(self, target: str) -> Path:
+        return self._shared[target]
+
+    def clear(self, target: str) -> None:
+        """Empty one of the shared directories (from the host)."""
+        host = self._shared[target]
+        for child in host.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+
+    def _start(self) -> None:
+        """Start the holder of the namespaces (blocking)."""
+        status_r, status_w = os.pipe()
+        block_r, block_w = os.pipe()
+        passed = [status_w, block_r]
+        if self.seccomp:
+            passed.append(seccomp_fd())
+        argv = [*self._prefix, "--json-status-fd", str(status_w), "--block-fd", str(block_r)]
+        if self.seccomp:
+            argv += ["--seccomp", str(passed[2])]
+        argv += ["--", "sleep", "infinity"]
+        try:
+            self._init = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, pass_fds=passed, process_group=0,
+            )  # fmt: skip
+        finally:
+            for fd in passed:
+                os.close(fd)
+        with os.fdopen(status_r, "rb") as status:
+            line = status.readline()
+            try:
+                self._target = int(json.loads(line)["child-pid"])
+            except (ValueError, KeyError):
+                os.close(block_w)
+                err = self._init.stderr.read().decode(errors="replace") if self._init.stderr else ""
+                raise SandboxError(f"could not start the shared sandbox: {err[-800:]}") from None
+            StartGate(block_w, [], self._cgroup)(line)
+        # bwrap's child sets up the mounts before it becomes `sleep`: enter only after that
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):  # bwrap's init, then its child
+                kids = Path(f"/proc/{self._target}/task/{self._target}/children").read_text()
+                for kid in kids.split():
+                    if Path(f"/proc/{int(kid)}/comm").read_text().strip() == "sleep":
+                        return
+            if self._init.poll() is not None:
+                break
+            time.sleep(0.005)
+        raise SandboxError("the shared sandbox's holder process did not start")
+
+    async def _run_one(self, req: ExecRequest) -> RawResult:
+        if self._target is None:
+            await asyncio.to_thread(self._start)
+        assert self._target is not None and self._cgroup is not None
+        env = {**self.env, **req.env} if req.env else self.env
+        caps = ",".join(["-all", *(f"+{c.removeprefix('CAP_').lower()}" for c in DOCKER_CAPS)])
+        inner = ["env", "-i", *(f"{k}={v}" for k, v in env.items())]
+        inner += ["setpriv", f"--bounding-set={caps}", "--inh-caps=-all"]
+        if self.user not in ("root", "0", "0:0", "root:root"):
+            name, _, group = self.user.partition(":")
+            inner += [f"--reuid={name}", f"--regid={group or name}", "--init-groups"]
+        join = f'echo $$ > {self._cgroup.path}/cgroup.procs && exec "$@"'
+        argv = ["/bin/sh", "-c", join, "sh", self._nsenter, "-t", str(self._target)]
+        argv += ["-m", "-u", "-i", "-n", "-p", "-r", "--", *inner, "--"]
+        argv += ["/bin/sh", "-c", _CD, "sh", req.cwd]
+        staged = []
+        for m in req.mounts:  # a mount for one command: its files, in the shared directory
+            if m.target not in self._shared or m.writable:
+                raise SandboxError(f"a shared sandbox cannot mount {m.target} for one command")
+            await asyncio.to_thread(shutil.copytree, m.source, self._shared[m.target],
+                                    symlinks=True, dirs_exist_ok=True)  # fmt: skip
+            staged.append(m.target)
+        try:
+            raw = await self._run_to_files([*argv, *req.argv], req)
+        finally:
+            for target in staged:
+                await asyncio.to_thread(self.clear, target)
+        if raw.returncode == 201 and raw.stderr.endswith(b"envlab: no such directory\n"):
+            msg = f"cannot change to directory {req.cwd}: no such directory in the sandbox\n"
+            return RawResult(b"", msg.encode(), 1, False, False, raw.duration_s)
+        return raw
+
+    async def _run_to_files(self, argv: list[str], req: ExecRequest) -> RawResult:
+        """Run ``argv`` with its output in files, not pipes: a process it leaves running may
+        write on (a pipe closed behind it would kill it with SIGPIPE)."""
+        assert self.storage is not None
+        out_path, err_path = (self.storage.fs / f"{n}.{uuid.uuid4().hex[:8]}" for n in "oe")
+        t0 = time.perf_counter()
+        with open(out_path, "w+b") as out, open(err_path, "w+b") as err:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE if req.stdin else subprocess.DEVNULL,
+                stdout=out, stderr=err, process_group=0,
+            )  # fmt: skip
+            self._running.add(proc.pid)
+            try:
+                if req.stdin:
+                    await asyncio.to_thread(_feed, proc, req.stdin)
+                await asyncio.wait_for(asyncio.to_thread(proc.wait), req.timeout)
+                timed_out = False
+            except TimeoutError:
+                timed_out = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                await asyncio.to_thread(proc.wait)
+            finally:
+                self._running.discard(proc.pid)
+            streams = [_capped(f, req.output_limit) for f in (out, err)]
+        for p in (out_path, err_path):
+            p.unlink(missing_ok=True)  # a process still writing keeps its (unlinked) file
+        code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+        return RawResult(
+            stdout=streams[0][0], stderr=streams[1][0],
+            returncode=128 - code if code < 0 else code, timed_out=timed_out,
+            truncated=streams[0][1] or streams[1][1], duration_s=time.perf_counter() - t0,
+        )  # fmt: skip
+
+    def _dispose(self) -> None:
+        super()._dispose()
+        shutil.rmtree(self.shared_root, ignore_errors=True)
+
+    async def kill_all(self) -> int:
+        n = await super().kill_all()
+        if self._init is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._init.pid, 9)
+            await asyncio.to_thread(self._init.wait)
+            self._init = None
+        return n
