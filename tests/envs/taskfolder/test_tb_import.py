@@ -100,8 +100,9 @@ def test_the_task_toml_loads_with_harbors_settings(tmp_path: Path) -> None:
         "tags": ["files", 'quote"d'],
     }
     assert config.schema_version == "1.4" and config.unknown_keys() == []
-    # Harbor writes its default network (public): TB1 agents and tests had the internet
-    assert config.network_for("agent") and config.network_for("verifier")
+    # Harbor writes its default network (public): TB1 agents had the internet; envlab grades
+    # offline (what test.sh fetches comes from the caches filled at build time)
+    assert config.network_for("agent") and not config.network_for("verifier")
     assert task.solution is not None and task.dockerfile is not None
 
 
@@ -276,3 +277,23 @@ def test_a_task_with_solution_yaml_is_mapped_and_the_yaml_stays_hidden(tmp_path:
     bad = make_tb1_task(tmp_path / "tb1", "bad", **{"solution.sh": None, "solution.yaml": "{}"})
     [failed] = import_terminal_bench(bad, tmp_path / "out").tasks
     assert failed.status == "failed" and "solution.yaml" in (failed.reason or "")
+
+
+@pytest.mark.parametrize(
+    ("solve", "shared"),
+    [
+        ("nohup python3 server.py &\nsleep 2\n", True),
+        ("python3 -m http.server 8000 > /dev/null 2>&1 &\n", True),
+        ("service nginx start\n", True),
+        ("make && ./run --check && echo ok\n", False),
+        ("# nohup in a comment only &\necho hi\n", False),
+    ],
+)
+def test_a_solution_that_leaves_a_process_running_asks_for_the_shared_mode(
+    tmp_path: Path, solve: str, shared: bool
+) -> None:
+    from envlab.envs.taskfolder.tb_import import starts_a_service
+
+    path = tmp_path / "solve.sh"
+    path.write_text("#!/bin/bash\n" + solve)
+    assert starts_a_service(path) is shared
