@@ -47,3 +47,19 @@ def test_the_oracles_errors_are_shown_as_kind_phase_and_message() -> None:
     assert c.status == "fail" and c.evidence["errors"] == [
         "timeout in act: the agent took longer than 60s"
     ]
+
+
+def test_a_task_whose_grading_needs_the_network_is_broken_and_names_what() -> None:
+    from envlab.vet.checks import check_network
+
+    why = "needs the network (https://example.com/data.csv): grading is offline (exit 1)"
+    c = check_network(evidence(oracle=[traj(0.0, grader_failed=why)], noop=[traj(0.0)]))
+    assert c.status == "fail" and c.verdict == "broken"
+    assert "https://example.com/data.csv" in c.summary and "internet" in c.summary
+
+
+def test_the_shared_verifier_mode_is_flagged_as_an_integrity_cost() -> None:
+    ev = evidence(oracle=[traj(1.0)], noop=[traj(0.0)])
+    ev.shared_verifier = True
+    c = check_verifier_health(ev)
+    assert c.status == "warn" and "processes alive" in c.summary

@@ -38,6 +38,8 @@ class TaskEvidence:
     by_probe: dict[str, list[Trajectory]] = field(default_factory=dict)
     tests_text: str = ""
     network_declared: bool = False
+    shared_verifier: bool = False
+    """Harbor's shared verifier mode: the agent's processes are alive while it is graded."""
     probes: dict[str, Probe] = field(default_factory=dict)
     """The shell probes run on the task, by name (both phases)."""
     leak_hits: list[Hit] = field(default_factory=list)
@@ -209,6 +211,14 @@ def check_network(ev: TaskEvidence) -> CheckResult:
     honest = honest_trajectories(ev)
     verifier_failed = not any(t.scored for t in honest) or any(_grader_error(t) for t in honest)
     evidence = {"egress": lines, "verifier_network_words": verifier_net}
+    needs = sorted({m for t in honest if t.grader_failed
+                    for m in _NEEDS_NETWORK.findall(t.grader_failed)})  # fmt: skip
+    if needs:
+        return result(
+            "network", "fail", f"grading needs the network ({'; '.join(needs)[:300]}) and "
+            "envlab grades offline: the task needs the internet", verdict="broken",
+            needs_network=needs, **evidence,
+        )  # fmt: skip
     if opened and not ev.network_declared:
         return result(
             "network", "fail", f"the agent's sandbox reached {', '.join(opened)}", **evidence
@@ -230,6 +240,9 @@ def check_network(ev: TaskEvidence) -> CheckResult:
     if not lines:
         return result("network", "warn", "the network probe printed nothing", **evidence)
     return result("network", "pass", "no egress from the agent's sandbox", **evidence)
+
+
+_NEEDS_NETWORK = re.compile(r"needs the network \((.+?)\): grading is offline")
 
 
 def honest_trajectories(ev: TaskEvidence) -> list[Trajectory]:
@@ -270,6 +283,14 @@ def check_verifier_health(ev: TaskEvidence) -> CheckResult:
             "no episode could be graded",
             statuses=[t.status.value for t in trajs],
         )
+    if ev.shared_verifier:
+        return result(
+            "verifier_health", "warn",
+            f"graded {len(graded)}/{len(trajs)} honest episodes, in Harbor's shared mode: the "
+            "tests run in the agent's environment with its processes alive, so one of them "
+            "could rewrite the reward after test.sh (and its commands run without envlab's "
+            "seccomp filter)",
+        )  # fmt: skip
     return result("verifier_health", "pass", f"graded {len(graded)}/{len(trajs)} honest episodes")
 
 

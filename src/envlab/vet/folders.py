@@ -44,6 +44,8 @@ class FolderContext:
     env: dict[str, str]
     agent_network: bool = False
     """The task declares the agent's network public (``task.toml``)."""
+    shared_verifier: bool = False
+    """The tests run in the agent's environment, its processes alive (Harbor's shared mode)."""
     app_dir: Path | None = None
     """The prepared workspace (``/app``) on the host; ``None`` when it could not be built."""
     error: str | None = None
@@ -85,6 +87,7 @@ async def folder_context(task: Task) -> FolderContext:
     """What vet reads of a task folder: its tests, its solution, its environment variables and
     its prepared workspace (from the build cache, or built now, as an episode does)."""
     from envlab.envs.taskfolder import load_task_folder, prepare_workspace
+    from envlab.envs.taskfolder.image_mode import shared_verifier
 
     path = task_folder(task)
     if path is None:
@@ -97,6 +100,7 @@ async def folder_context(task: Task) -> FolderContext:
         solve=folder.solution.read_text(errors="replace") if folder.solution else "",
         env=dict(folder.config.environment.env),
         agent_network=folder.config.network_for("agent"),
+        shared_verifier=shared_verifier(folder),
     )
     try:
         prepared = await prepare_workspace(folder)
@@ -120,6 +124,7 @@ def scan(ctx: FolderContext, ev: C.TaskEvidence) -> None:
     names); what the oracle changed."""
     ev.tests_text = ctx.tests_text
     ev.network_declared = ctx.agent_network
+    ev.shared_verifier = ctx.shared_verifier
     if ctx.app_dir is None:
         ev.leak_error = ctx.error
         return
