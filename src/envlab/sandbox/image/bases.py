@@ -60,11 +60,14 @@ PYTHON_HOMES = {
 """Where the distributions ship each Python as their own python3."""
 
 # what the official python images give: python and pip on PATH (also in /usr/local/bin), pip
-# installing as root into the system Python, no EXTERNALLY-MANAGED marker
+# from PyPI's own wheel (ensurepip) installing as root into /usr/local, no EXTERNALLY-MANAGED
+# marker, and no Debian-packaged Python libraries that pip would have to uninstall
 _PYTHON_HOOK = (
     "rm -f /usr/lib/python3*/EXTERNALLY-MANAGED; "
-    "[ -e /usr/bin/pip ] || ln -s pip3 /usr/bin/pip; "
-    "for n in python python3 pip pip3; do ln -sf /usr/bin/$n /usr/local/bin/$n; done"
+    "python3 $(ls /usr/share/python-wheels/pip-*.whl)/pip install -q --no-index "
+    "--find-links /usr/share/python-wheels --root-user-action=ignore pip; "
+    "for n in python python3; do ln -sf /usr/bin/$n /usr/local/bin/$n; done; "
+    "[ -e /usr/local/bin/pip ] || ln -s pip3 /usr/local/bin/pip"
 )
 _TB_HOOK = "echo 'debconf debconf/frontend select Noninteractive' | debconf-set-selections"
 
@@ -169,7 +172,7 @@ def _python(ref: str, version: str, suite: str) -> BaseRecipe:
             f"FROM {ref}: Python {version} comes from {distro.title()} {home} (Debian {suite} "
             f"ships another Python), so the system around it is {home}'s",
         )
-    packages = ("ca-certificates", "python3", "python3-pip", "python3-venv", "python-is-python3")
+    packages = ("ca-certificates", "python3", "python3-venv", "python-is-python3")
     env = (("LANG", "C.UTF-8"),)
     return BaseRecipe(ref, distro, home, packages, (_PYTHON_HOOK,), env, "/", notes)
 
@@ -240,7 +243,8 @@ def _mmdebstrap(recipe: BaseRecipe, target: Path) -> None:
     if recipe.all_packages:
         argv.append("--include=" + ",".join(recipe.all_packages))
     for hook in recipe.hooks:
-        argv.append(f'--customize-hook=chroot "$1" sh -c {shlex.quote(hook)}')
+        clean = "env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8"
+        argv.append(f'--customize-hook=chroot "$1" {clean} sh -c {shlex.quote(hook)}')
     # what Docker puts in every container: these are bound over at run time
     files = ': > "$1"/etc/resolv.conf; : > "$1"/etc/hosts; echo sandbox > "$1"/etc/hostname'
     argv.append(f"--customize-hook={files}")
