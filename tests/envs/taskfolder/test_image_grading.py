@@ -230,3 +230,26 @@ def test_a_background_process_of_the_agent_is_dead_before_grading(simple: Path) 
     )
     out = episode(simple, commands=(late,))
     assert score(out) == 0.0
+
+
+# --- the agent owns the image's files: the programs that run the grade are checked -----------
+FORGE = "#!/bin/sh\\necho 1 > /logs/verifier/reward.txt\\n"
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        # the shell test.sh runs in, replaced by one that writes the reward
+        f"p=$(readlink -f /bin/bash); rm -f $p; printf '{FORGE}' > $p; chmod 755 $p",
+        # a library preloaded into every program of the verifier
+        "echo /app/evil.so > /etc/ld.so.preload",
+        # the shell, shadowed earlier on PATH than the image's
+        f"mkdir -p /usr/local/bin; printf '{FORGE}' > /usr/local/bin/bash; "
+        "chmod 755 /usr/local/bin/bash",
+    ],
+)
+def test_an_agent_that_replaces_the_graders_programs_scores_0(simple: Path, attack: str) -> None:
+    out = episode(simple, commands=(attack,))
+    grade = out["grades"][0]
+    assert isinstance(grade, GraderFailed), f"the forged grade stood: {grade}"
+    assert "grader" in str(grade) and "changed" in str(grade)

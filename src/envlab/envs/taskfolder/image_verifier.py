@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import shutil
 from pathlib import Path
@@ -149,6 +150,32 @@ def verifier_image_env(task: TaskFolder, image: Image) -> dict[str, str]:
     return env
 
 
+_SHELLS = ("bash", "sh", "dash", "env")
+_PATH_DIRS = ("usr/local/sbin", "usr/local/bin", "usr/sbin", "usr/bin", "sbin", "bin")
+_LOADER = ("etc/ld.so.preload", "lib64/ld-linux-x86-64.so.2", "usr/lib64/ld-linux-x86-64.so.2",
+           "lib/ld-linux-aarch64.so.1", "usr/lib/ld-linux-aarch64.so.1")  # fmt: skip
+
+
+def grader_programs_changed(agent_layer: Path) -> list[str]:
+    """The programs that run the grade which the agent's layer changed (or removed): the shells
+    and ``env`` anywhere on the verifier's PATH, ``/etc/ld.so.preload``, the dynamic loader. A
+    grade run by a shell the agent wrote would be the agent's to write."""
+    found = [f"/{d}/{n}" for d in _PATH_DIRS for n in _SHELLS
+             if os.path.lexists(agent_layer / d / n)]  # fmt: skip
+    found += [f"/{p}" for p in _LOADER if os.path.lexists(agent_layer / p)]
+    return found
+
+
+def _refuse_changed_programs(agent_layer: Path) -> None:
+    changed = grader_programs_changed(agent_layer)
+    if changed:
+        raise GraderFailed(
+            f"the agent changed the grader's programs ({', '.join(changed)}): the tests would "
+            "run under them, so no grade is valid",
+            details={"grader_programs_changed": changed, "sandbox_mode": "image"},
+        )
+
+
 async def run_image_verifier(
     task: TaskFolder,
     image: Image,
@@ -159,6 +186,7 @@ async def run_image_verifier(
     network: bool = False,
 ) -> Reward:
     """Run ``tests/test.sh`` over the image and the agent's frozen layer; the valid reward."""
+    _refuse_changed_programs(agent_layer)
     timeout = task.config.verifier.timeout_sec
     lowers = [*([prep.layer] if prep.layer else []), agent_layer]
     storage_mb = task.config.environment.storage_mb
@@ -215,6 +243,7 @@ async def run_shared_verifier(task: TaskFolder, image: Image, box: Any) -> Rewar
     """Harbor's shared mode: ``tests/test.sh`` in the agent's own sandbox, whose processes are
     alive (``SharedImageSandbox``): the pristine tests copied in, the logs wiped first."""
     timeout = task.config.verifier.timeout_sec
+    _refuse_changed_programs(box.upper)
     for target in ("/tests", LOGS, REPORT):
         await asyncio.to_thread(box.clear, target)
     await asyncio.to_thread(
