@@ -112,7 +112,8 @@ def _json_list(rest: str) -> list[str] | None:
     return [str(v) for v in value] if isinstance(value, list) else None
 
 
-def _under_app(path: str, workdir: str) -> str:
+def absolute(path: str, workdir: str) -> str:
+    """``path`` made absolute against ``workdir``, with ``.`` and ``..`` resolved."""
     p = PurePosixPath(path if path.startswith("/") else f"{workdir}/{path}")
     parts: list[str] = []
     for part in p.parts[1:]:
@@ -153,7 +154,7 @@ def parse_dockerfile(text: str, *, source: str = "Dockerfile") -> BuildPlan:
                 "commands run on the host's system directories, read-only"
             )
         elif keyword == "WORKDIR":
-            wd = _under_app(substitute(rest, values), plan.workdir)
+            wd = absolute(substitute(rest, values), plan.workdir)
             if not _inside_app(wd):
                 raise fail(
                     line, instr, f"the workspace is {APP}: use WORKDIR {APP} or a directory below"
@@ -260,7 +261,7 @@ def _copy(
         if s.startswith("/") or ".." in PurePosixPath(s).parts:
             raise fail(line, instr, f"source {s!r} is outside the build context (environment/)")
     is_dir = dest.endswith(("/", "/.")) or dest == "." or len(sources) > 1
-    target = _under_app(dest, workdir) + ("/" if is_dir else "")
+    target = absolute(dest, workdir) + ("/" if is_dir else "")
     if not _inside_app(target.rstrip("/") or "/"):
         raise fail(line, instr, f"destination {dest!r} is outside the workspace {APP}")
     return Copy(line, tuple(sources), target, extract=keyword == "ADD", chmod=chmod)

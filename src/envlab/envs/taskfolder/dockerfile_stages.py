@@ -21,6 +21,7 @@ from envlab.envs.taskfolder.dockerfile import (
     DockerfileError,
     _env_pairs,
     _json_list,
+    absolute,
     substitute,
 )
 from envlab.sandbox.image.runner import DEFAULT_PATH
@@ -175,18 +176,6 @@ def _from(ins: Instruction, stages: list[Stage], args: dict[str, str], fail) -> 
     return stage
 
 
-def _abs(path: str, workdir: str) -> str:
-    p = PurePosixPath(path if path.startswith("/") else f"{workdir}/{path}")
-    parts: list[str] = []
-    for part in p.parts[1:]:
-        if part == "..":
-            if parts:
-                parts.pop()
-        elif part != ".":
-            parts.append(part)
-    return "/" + "/".join(parts)
-
-
 def _apply(stage: Stage, ins: Instruction, stages: list[Stage], fail, source: str) -> None:  # type: ignore[no-untyped-def]
     cfg, kw = stage.config, ins.keyword
     values = {**stage.args, **cfg.env}
@@ -195,7 +184,7 @@ def _apply(stage: Stage, ins: Instruction, stages: list[Stage], fail, source: st
     elif kw in ("COPY", "ADD"):
         stage.steps.append(_copy(stage, ins, values, fail))
     elif kw == "WORKDIR":
-        cfg.workdir = _abs(substitute(ins.rest, values), cfg.workdir)
+        cfg.workdir = absolute(substitute(ins.rest, values), cfg.workdir)
         stage.steps.append(WorkdirStep(ins.line, cfg.workdir, ins.text))
     elif kw in ("ENV", "ARG"):
         pairs = _env_pairs(ins.rest, kw, values)
@@ -289,7 +278,7 @@ def _copy(stage: Stage, ins: Instruction, values: dict[str, str], fail) -> CopyS
         if from_stage is None and "://" not in s and ".." in PurePosixPath(s).parts:
             raise fail(f"source {s!r} is outside the build context")
     is_dir = dest.endswith("/") or dest in (".", "./") or len(sources) > 1
-    target = _abs(dest, stage.config.workdir) + ("/" if is_dir and dest != "/" else "")
+    target = absolute(dest, stage.config.workdir) + ("/" if is_dir and dest != "/" else "")
     extract = ins.keyword == "ADD"
     copy = Copy(ins.line, files, target, extract, chmod, tuple(exclude))
     return CopyStep(ins.line, copy, from_stage, inline, chown, ins.text)

@@ -215,8 +215,8 @@ async def run_image_verifier(
 
 
 _MISSES = (
-    (re.compile(r"No matching distribution found for (\S+)"), "pip: {}"),
-    (re.compile(r"Because (\S+) was not found in the cache"), "uv: {}"),
+    (re.compile(r"No matching distribution found for ([\w.\-\[\],=<>!~]+)"), "pip: {}"),
+    (re.compile(r"Because ([\w.\-\[\]]+) was not found in the cache"), "uv: {}"),
     (re.compile(r"Failed to fetch: `(\S+)`"), "{}"),
     (re.compile(r"Could not resolve host:? '?([\w.-]+)"), "https://{}"),
     (re.compile(r"(?:getaddrinfo|resolve|connect)[^\n]*?(?:host|to) '?([\w-]+\.[\w.-]+)"), "{}"),

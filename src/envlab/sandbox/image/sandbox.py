@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from envlab.core.errors import ConfigError
-from envlab.sandbox.base import ExecRequest, Mount, Sandbox, SandboxError
+from envlab.sandbox.base import ExecRequest, Mount, Sandbox
+from envlab.sandbox.bwrap import BubblewrapSandbox
 from envlab.sandbox.gate import StartGate, seccomp_fd
 from envlab.sandbox.image.runner import (
     DEFAULT_PATH,
@@ -199,18 +200,7 @@ class ImageSandbox(Sandbox):
             await asyncio.to_thread(self._kill_cgroup)
         return self._started(raw, req.cwd)
 
-    @staticmethod
-    def _started(raw: RawResult, where: str) -> RawResult:
-        if raw.timed_out or b'"exit-code"' in raw.status:
-            return raw
-        stderr = raw.stderr.decode(errors="replace")
-        if "Can't chdir" in stderr:
-            msg = f"cannot change to directory {where}: no such directory in the sandbox\n"
-            return RawResult(b"", msg.encode(), 1, False, False, raw.duration_s)
-        raise SandboxError(
-            f"bubblewrap could not start the command in the image (exit {raw.returncode}): "
-            f"{stderr.strip()[-800:]}"
-        )
+    _started = staticmethod(BubblewrapSandbox._started)
 
     def _kill_cgroup(self) -> int:
         """SIGKILL every process in the cgroup until none is left (blocking)."""
