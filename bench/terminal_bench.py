@@ -62,6 +62,65 @@ async def _check(task: Path, out: Path, timeout: float) -> dict[str, object]:
     return _row(task.name, data, time.monotonic() - t0, stderr.decode(errors="replace"))
 
 
+_CAUSES = (
+    (r"sidecar services \(([^)]*)\)", "sidecar services ({}): refused"),
+    (r"FROM (\S+): envlab cannot build", "FROM {} cannot be built without Docker"),
+    (r"docker_image = '([^']*)'", "docker_image {} cannot be built"),
+    (
+        r"Dockerfile:\d+: .*?(?:Could not resolve host:? '?|Failed to establish a new connection"
+        r".*?/)([\w.-]+\.[a-z]{2,})",
+        "needs the internet at build time ({})",
+    ),
+    (r"Looking in indexes: https?://([\w.-]+)", "needs the internet at build time ({})"),
+    (r"needs the network \(([^)]*)\)", "grading needs the internet ({})"),
+    (
+        r"(?:Could not resolve host:? |resolve host |Name or service not known.*?host=')"
+        r"([\w.-]+\.[a-z]{2,})",
+        "needs the internet at run time ({})",
+    ),
+    (r"the agent changed the grader's programs \(([^)]*)\)", "grader's programs changed ({})"),
+)
+
+
+def classify(cause: str) -> str:
+    """A named cause from a check's problem text (first match of the patterns above)."""
+    import re
+
+    for pattern, form in _CAUSES:
+        m = re.search(pattern, cause, re.DOTALL)
+        if m:
+            return form.format(m.group(1)[:80])
+    return cause.split("(", 1)[-1][:160] if cause else ""
+
+
+def _detail(results: Path, task: str) -> str:
+    """Everything a check said about a failing task: errors, grader failures, test output."""
+    try:
+        check = json.loads((results / f"{task}.json").read_text())[0]
+    except (OSError, ValueError, IndexError, KeyError):
+        return ""
+    parts = list(check.get("problems", []))
+    for row in [*check.get("oracle", []), *check.get("noop", [])]:
+        parts += [(row.get("error") or {}).get("message", ""), row.get("grader_failed") or ""]
+        parts.append(row.get("verifier_output_tail") or "")
+        parts.append(row.get("agent_output_tail") or "")
+    return "\n".join(p for p in parts if p)
+
+
+def table(summary: Path) -> str:
+    """The rows of ``summary.json`` as a Markdown table, with a named cause per failure."""
+    rows = json.loads(summary.read_text())
+    for r in rows:
+        if not r["pass"]:
+            r["cause"] = _detail(summary.parent / "results", r["task"]) or r.get("cause")
+    out = ["| task | oracle | no-op | seconds | result |", "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        what = "pass" if r["pass"] else classify(str(r.get("cause") or ""))
+        out.append(f"| {r['task']} | {r.get('oracle')} | {r.get('noop')} | {r['seconds']} "
+                   f"| {what.replace('|', '/')} |")  # fmt: skip
+    return "\n".join(out)
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("tasks", type=Path)
@@ -69,7 +128,11 @@ async def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=2400.0)
     ap.add_argument("--only", default="")
+    ap.add_argument("--table", action="store_true", help="print OUT/summary.json as Markdown")
     args = ap.parse_args()
+    if args.table:
+        print(table(args.out / "summary.json"))
+        return
     harbor = args.out / "harbor"
     if not harbor.exists():
         cmd = [sys.executable, "-m", "envlab.cli.main", "task", "import", "terminal-bench"]

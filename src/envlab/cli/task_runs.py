@@ -30,6 +30,8 @@ class EpisodeRow(BaseModel):
     """Why the grade was invalid twice (the episode then scores 0)."""
     verifier_exit_code: int | None = None
     verifier_output_tail: str = ""
+    agent_output_tail: str = ""
+    """The end of the last tool result the agent saw (the oracle: what solve.sh printed)."""
 
     @classmethod
     def of(cls, traj: Trajectory) -> EpisodeRow:
@@ -48,6 +50,7 @@ class EpisodeRow(BaseModel):
             grader_failed=traj.grader_failed,
             verifier_exit_code=grade.get("verifier_exit_code"),
             verifier_output_tail=str(grade.get("verifier_output_tail", "")),
+            agent_output_tail=_last_tool_output(traj),
         )
 
     def why(self) -> str:
@@ -61,6 +64,13 @@ class EpisodeRow(BaseModel):
         tail = self.verifier_output_tail.strip().splitlines()
         code = self.verifier_exit_code
         return f"test.sh exit {code}" + (f": {tail[-1][:160]}" if tail else "")
+
+
+def _last_tool_output(traj: Trajectory) -> str:
+    for m in reversed(traj.messages):
+        if m.get("role") == "tool" and m.get("content") != "submitted":
+            return str(m.get("content", ""))[-2000:]
+    return ""
 
 
 class CheckRow(BaseModel):
