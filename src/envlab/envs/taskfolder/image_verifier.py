@@ -116,7 +116,7 @@ async def _warm(
         )
         box = await ImageSandbox.create(
             image=image, upper=(tmp / "upper", tmp / "work"), network=True, user="root",
-            mounts=[Mount(kit, offline.MOUNT)], name="warm",
+            mounts=[Mount(kit, offline.MOUNT), *_host_resolver()], name="warm",
             limits=Limits(memory_bytes=4 << 30, timeout_s=WARM_TIMEOUT),
         )  # fmt: skip
         try:
@@ -135,6 +135,14 @@ async def _warm(
         )
         (tmp / META).write_text(meta.model_dump_json(indent=1))
         commit(tmp, final)
+
+
+def _host_resolver() -> list[Mount]:
+    """The host's name lookup for the warm-up: envlab fetching, not the task's code, so an
+    image whose own network settings are broken on purpose (a task to fix them) still gets its
+    caches."""
+    path = Path("/etc/nsswitch.conf")
+    return [Mount(path, str(path))] if path.is_file() else []
 
 
 def verifier_image_env(task: TaskFolder, image: Image) -> dict[str, str]:
