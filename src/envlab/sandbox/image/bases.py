@@ -229,7 +229,8 @@ def _mmdebstrap(recipe: BaseRecipe, target: Path) -> None:
     if tool is None:
         raise ConfigError(
             "building a base image needs mmdebstrap: `apt-get install mmdebstrap` (Debian's "
-            "package; envlab's .ci/run installs it)"
+            "package; on other systems, build the root filesystem elsewhere and adopt it with "
+            "envlab.sandbox.image.register_base)"
         )
     argv = [tool, "--variant=minbase", "--mode=root", "--format=directory", "-q"]
     if recipe.distro == "ubuntu":
