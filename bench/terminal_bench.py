@@ -128,6 +128,7 @@ async def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=2400.0)
     ap.add_argument("--only", default="")
+    ap.add_argument("--keep-layers", action="store_true", help="keep each task's layers")
     ap.add_argument("--table", action="store_true", help="print OUT/summary.json as Markdown")
     args = ap.parse_args()
     if args.table:
@@ -148,6 +149,10 @@ async def main() -> None:
     async def one(task: Path) -> None:
         async with gate:
             row = await _check(task, results, args.timeout)
+            if not args.keep_layers:  # 94 images need more disk than a laptop has: the bases stay
+                from envlab.sandbox.image.store import prune_layers
+
+                row["pruned_mb"] = prune_layers(task.name) >> 20
         rows.append(row)
         mark = "PASS" if row["pass"] else "fail"
         print(f"{mark} {row['task']:40s} {row['seconds']:7.1f}s {str(row.get('cause'))[:150]}",

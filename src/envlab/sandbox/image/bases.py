@@ -65,7 +65,7 @@ PYTHON_HOMES = {
 _PYTHON_HOOK = (
     "rm -f /usr/lib/python3*/EXTERNALLY-MANAGED; "
     "python3 $(ls /usr/share/python-wheels/pip-*.whl)/pip install -q --no-index "
-    "--find-links /usr/share/python-wheels --root-user-action=ignore pip; "
+    "--find-links /usr/share/python-wheels pip; "
     "for n in python python3; do ln -sf /usr/bin/$n /usr/local/bin/$n; done; "
     "[ -e /usr/local/bin/pip ] || ln -s pip3 /usr/local/bin/pip"
 )

@@ -157,3 +157,21 @@ def tree_bytes(root: Path) -> int:
                 st = os.lstat(os.path.join(dirpath, name))
                 total += st.st_blocks * 512
     return total
+
+
+def prune_layers(task: str) -> int:
+    """Delete the layers built for ``task`` (by their instruction's task name, the verifier's
+    caches of it, every squash): bytes freed. The bases stay."""
+    root = images_root() / "layers"
+    freed = 0
+    for entry in list(root.iterdir()):
+        try:
+            what = LayerMeta.model_validate_json((entry / META).read_text()).instruction
+        except (OSError, ValueError):
+            what = ""
+        if entry.name.startswith("squash-") or what.startswith(
+            (f"{task}/", f"verifier caches of {task}:")
+        ):
+            freed += tree_bytes(entry)
+            remove_tree(entry)
+    return freed
