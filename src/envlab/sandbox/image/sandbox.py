@@ -34,7 +34,7 @@ from envlab.sandbox.image.runner import (
     image_args,
 )
 from envlab.sandbox.image.squash import fit
-from envlab.sandbox.image.store import Image
+from envlab.sandbox.image.store import Image, touch
 from envlab.sandbox.limits import Cgroup, GiB, Limits
 from envlab.sandbox.owner import current_owner
 from envlab.sandbox.process import RawResult, run_process
@@ -105,6 +105,7 @@ class ImageSandbox(Sandbox):
             self._mounts += trust_mounts
             self.env = {**trust_env, **self.env}
         self._lowers = [*fit(image.lowers, list(extra_lowers)), *extra_lowers]
+        touch([p for p in self._lowers if p.name == "upper" or p.name == "rootfs"])
         self._running: set[int] = set()
         self._one_at_a_time = asyncio.Lock()  # an upper layer takes one mount at a time
         self.storage: Storage | None = None

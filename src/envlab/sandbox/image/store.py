@@ -159,19 +159,30 @@ def tree_bytes(root: Path) -> int:
     return total
 
 
-def prune_layers(task: str) -> int:
-    """Delete the layers built for ``task`` (by their instruction's task name, the verifier's
-    caches of it, every squash): bytes freed. The bases stay."""
+def touch(layers: list[Path]) -> None:
+    """Mark layers as used now (``prune_layers`` keeps what was used recently)."""
+    for layer in layers:
+        meta = layer.parent / META
+        with contextlib.suppress(OSError):
+            os.utime(meta if meta.exists() else layer.parent)
+
+
+def prune_layers(unused_for_s: float) -> int:
+    """Delete the layers (and squashed stacks, verifier caches) no sandbox was made over for
+    ``unused_for_s`` seconds: bytes freed. The bases stay."""
+    import time
+
     root = images_root() / "layers"
+    cutoff = time.time() - unused_for_s
     freed = 0
     for entry in list(root.iterdir()):
         try:
-            what = LayerMeta.model_validate_json((entry / META).read_text()).instruction
-        except (OSError, ValueError):
-            what = ""
-        if entry.name.startswith("squash-") or what.startswith(
-            (f"{task}/", f"verifier caches of {task}:")
-        ):
+            used = (
+                (entry / META).stat().st_mtime if (entry / META).exists() else entry.stat().st_mtime
+            )
+        except OSError:
+            continue
+        if used < cutoff:
             freed += tree_bytes(entry)
             remove_tree(entry)
     return freed
