@@ -288,8 +288,7 @@ def check_verifier_health(ev: TaskEvidence) -> CheckResult:
             "verifier_health", "warn",
             f"graded {len(graded)}/{len(trajs)} honest episodes, in Harbor's shared mode: the "
             "tests run in the agent's environment with its processes alive, so one of them "
-            "could rewrite the reward after test.sh (and its commands run without envlab's "
-            "seccomp filter)",
+            "could rewrite the reward after test.sh",
         )  # fmt: skip
     return result("verifier_health", "pass", f"graded {len(graded)}/{len(trajs)} honest episodes")
 

@@ -3,20 +3,22 @@
 Harbor's *shared* verifier mode (``[verifier] environment_mode = "shared"``): the tests run in
 the agent's own environment, so a server the agent started is still there for them. One
 ``bwrap`` holds the namespaces (its command is the image's ``sleep infinity``); every command
-enters them with ``nsenter`` (``docker exec``, in effect), keeps Docker's capability set
-(``setpriv --bounding-set``) and joins the sandbox's cgroup. A process a command leaves in the
-background lives on. ``/tests``, ``/logs/verifier`` and the offline kit are mounted from the
-start (the tests' directory stays empty until grading; the logs are wiped before test.sh runs).
+enters them with ``nsenter`` (``docker exec``, in effect) and joins the sandbox's cgroup. The
+first program it runs there is ``envlab-enter``, envlab's own, static and mounted read-only: it
+installs the seccomp filter and drops every capability Docker does not leave a container
+before anything of the image runs. A process a command leaves in the background lives on.
+``/tests``, ``/logs/verifier`` and the offline kit are mounted from the start (the tests'
+directory stays empty until grading; the logs are wiped before test.sh runs).
 
 The integrity cost, which ``envlab vet`` reports: the agent's processes are alive while its work
-is graded, so one of them may rewrite the reward after test.sh wrote it; and ``nsenter``'d
-commands run without envlab's seccomp filter.
+is graded, so one of them may rewrite the reward after test.sh wrote it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -24,23 +26,63 @@ import signal
 import subprocess
 import time
 import uuid
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from envlab.core.errors import ConfigError
 from envlab.sandbox.base import ExecRequest, Mount, SandboxError
 from envlab.sandbox.gate import StartGate, seccomp_fd
 from envlab.sandbox.image.runner import DOCKER_CAPS
 from envlab.sandbox.image.sandbox import ImageSandbox
 from envlab.sandbox.owner import scratch_dir
 from envlab.sandbox.process import CappedBuffer, RawResult
-
-_CD = 'cd -- "$1" 2>/dev/null || { echo "envlab: no such directory" >&2; exit 201; }; shift; '
-_CD += 'exec "$@"'
-
+from envlab.sandbox.seccomp import host_program
+from envlab.sandbox.workspace import state_dir
 
 SHARED_DIRS = {"/tests": False, "/logs/verifier": True, "/opt/envlab/report": True,
                "/solution": False}  # fmt: skip
 """Mounted from the start (writable from inside or not); the host fills them when needed."""
+
+
+ENTER_DIR = "/opt/envlab/enter"
+_CAP_BITS = {"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_FOWNER": 3, "CAP_FSETID": 4,
+             "CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SETPCAP": 8,
+             "CAP_NET_BIND_SERVICE": 10, "CAP_NET_RAW": 13, "CAP_SYS_CHROOT": 18,
+             "CAP_MKNOD": 27, "CAP_AUDIT_WRITE": 29, "CAP_SETFCAP": 31}  # fmt: skip
+
+
+def _caps_mask() -> int:
+    return sum(1 << _CAP_BITS[c] for c in DOCKER_CAPS)
+
+
+def enter_binary() -> Path:
+    """``envlab-enter`` (``c/enter.c``), compiled static once per content: what nsenter runs
+    first in a shared sandbox, so that no program of the image ever runs with the host's
+    capabilities (an agent could have replaced any of them)."""
+    source = files("envlab.sandbox.image").joinpath("c/enter.c").read_bytes()
+    digest = hashlib.sha256(source).hexdigest()[:16]
+    out = state_dir() / f"enter-{digest}" / "envlab-enter"
+    if out.exists():
+        return out
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise ConfigError(
+            "Harbor's shared verifier mode needs a C compiler and a static libc (Debian: "
+            "`apt-get install gcc libc6-dev`) to build envlab-enter once"
+        )
+    tmp = out.parent.with_name(f"{out.parent.name}.{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "enter.c").write_bytes(source)
+    proc = subprocess.run([cc, "-static", "-O2", "-o", str(tmp / "envlab-enter"),
+                           str(tmp / "enter.c")], capture_output=True, text=True)  # fmt: skip
+    if proc.returncode != 0:
+        raise ConfigError(f"cannot build envlab-enter (static): {proc.stderr[-800:]}")
+    (tmp / "enter.c").unlink()
+    with contextlib.suppress(OSError):
+        os.rename(tmp, out.parent)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
@@ -74,6 +116,7 @@ class SharedImageSandbox(ImageSandbox):
             host.mkdir(mode=0o755)
             self._shared[target] = host
         extra = [Mount(h, t, writable=SHARED_DIRS[t]) for t, h in self._shared.items()]
+        extra.append(Mount(enter_binary().parent, ENTER_DIR))
         try:
             super().__init__(mounts=[*options.pop("mounts", ()), *extra], **options)
         except BaseException:
@@ -92,11 +135,9 @@ class SharedImageSandbox(ImageSandbox):
     def clear(self, target: str) -> None:
         """Empty one of the shared directories (from the host)."""
         host = self._shared[target]
-        for child in host.iterdir():
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
+        children = [str(c) for c in host.iterdir()]
+        if children:  # rm, not shutil.rmtree: a tree deeper than Python's recursion limit
+            subprocess.run(["rm", "-rf", "--", *children], check=False)
 
     def _start(self) -> None:
         """Start the holder of the namespaces (blocking)."""
@@ -144,16 +185,21 @@ class SharedImageSandbox(ImageSandbox):
             await asyncio.to_thread(self._start)
         assert self._target is not None and self._cgroup is not None
         env = {**self.env, **req.env} if req.env else self.env
-        caps = ",".join(["-all", *(f"+{c.removeprefix('CAP_').lower()}" for c in DOCKER_CAPS)])
-        inner = ["env", "-i", *(f"{k}={v}" for k, v in env.items())]
-        inner += ["setpriv", f"--bounding-set={caps}", "--inh-caps=-all"]
         if self.user not in ("root", "0", "0:0", "root:root"):
             name, _, group = self.user.partition(":")
-            inner += [f"--reuid={name}", f"--regid={group or name}", "--init-groups"]
+            setpriv = ["setpriv", f"--reuid={name}", f"--regid={group or name}", "--init-groups"]
+            cmd = [*setpriv, "--", *req.argv]
+        else:
+            cmd = list(req.argv)
         join = f'echo $$ > {self._cgroup.path}/cgroup.procs && exec "$@"'
+        r, w = os.pipe()
+        os.write(w, host_program())
+        os.close(w)
         argv = ["/bin/sh", "-c", join, "sh", self._nsenter, "-t", str(self._target)]
-        argv += ["-m", "-u", "-i", "-n", "-p", "-r", "--", *inner, "--"]
-        argv += ["/bin/sh", "-c", _CD, "sh", req.cwd]
+        argv += ["-m", "-u", "-i", "-n", "-p", "-r", "--", f"{ENTER_DIR}/envlab-enter"]
+        argv += [f"{_caps_mask():x}", str(r) if self.seccomp else "-1", req.cwd]
+        argv += [f"{k}={v}" for k, v in env.items()]
+        argv += ["--", "/bin/sh", "-c", 'exec "$@"', "sh", *cmd]
         staged = []
         for m in req.mounts:  # a mount for one command: its files, in the shared directory
             if m.target not in self._shared or m.writable:
@@ -162,8 +208,9 @@ class SharedImageSandbox(ImageSandbox):
                                     symlinks=True, dirs_exist_ok=True)  # fmt: skip
             staged.append(m.target)
         try:
-            raw = await self._run_to_files([*argv, *req.argv], req)
+            raw = await self._run_to_files(argv, req, pass_fds=(r,))
         finally:
+            os.close(r)
             for target in staged:
                 await asyncio.to_thread(self.clear, target)
         if raw.returncode == 201 and raw.stderr.endswith(b"envlab: no such directory\n"):
@@ -171,7 +218,9 @@ class SharedImageSandbox(ImageSandbox):
             return RawResult(b"", msg.encode(), 1, False, False, raw.duration_s)
         return raw
 
-    async def _run_to_files(self, argv: list[str], req: ExecRequest) -> RawResult:
+    async def _run_to_files(
+        self, argv: list[str], req: ExecRequest, pass_fds: tuple[int, ...] = ()
+    ) -> RawResult:
         """Run ``argv`` with its output in files, not pipes: a process it leaves running may
         write on (a pipe closed behind it would kill it with SIGPIPE)."""
         assert self.storage is not None
@@ -180,7 +229,7 @@ class SharedImageSandbox(ImageSandbox):
         with open(out_path, "w+b") as out, open(err_path, "w+b") as err:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE if req.stdin else subprocess.DEVNULL,
-                stdout=out, stderr=err, process_group=0,
+                stdout=out, stderr=err, process_group=0, pass_fds=pass_fds,
             )  # fmt: skip
             self._running.add(proc.pid)
             try:
@@ -207,7 +256,7 @@ class SharedImageSandbox(ImageSandbox):
 
     def _dispose(self) -> None:
         super()._dispose()
-        shutil.rmtree(self.shared_root, ignore_errors=True)
+        subprocess.run(["rm", "-rf", "--", str(self.shared_root)], check=False)
 
     async def kill_all(self) -> int:
         n = await super().kill_all()
