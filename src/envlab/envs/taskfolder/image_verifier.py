@@ -145,11 +145,29 @@ def _host_resolver() -> list[Mount]:
     return [Mount(path, str(path))] if path.is_file() else []
 
 
+MOUNTPOINTS = ("tests", "logs/verifier", "opt/envlab/offline", "opt/envlab/report")
+
+
+def mountpoints() -> Path:
+    """A layer of empty directories where the verifier mounts its own, stacked above the
+    agent's: whatever the agent left at those paths (a file, a link, nothing), the mounts
+    land on directories, so nothing it did turns its grade into a machinery failure."""
+    layer = images_root() / "layers" / "envlab-mountpoints" / "upper"
+    if not (layer.parent / META).exists():
+        for d in MOUNTPOINTS:
+            (layer / d).mkdir(parents=True, exist_ok=True)
+        meta = LayerMeta(key="envlab-mountpoints", instruction="envlab: mount points")
+        (layer.parent / META).write_text(meta.model_dump_json())
+    return layer
+
+
 def verifier_image_env(task: TaskFolder, image: Image) -> dict[str, str]:
     env = {**image.config.env, **task.config.environment.env, **task.config.verifier.env}
     env.update(offline.offline_env())
     env["PATH"] = offline.offline_path(env.get("PATH", "/usr/local/bin:/usr/bin:/bin"))
     env["PIP_FIND_LINKS"] = WHEELS
+    # neither uv nor pip reads a config file: the agent may have written one anywhere
+    env |= {"UV_NO_CONFIG": "1", "PIP_CONFIG_FILE": os.devnull}
     # uv's cache is keyed by index: offline, it must look under the index the warm-up used
     # (the host's mirror, if any); nothing connects to it
     env |= {k: v for k, v in host_network_trust()[1].items() if "INDEX" in k}
@@ -164,18 +182,52 @@ _LOADER = ("etc/ld.so.preload", "lib64/ld-linux-x86-64.so.2", "usr/lib64/ld-linu
            "lib/ld-linux-aarch64.so.1", "usr/lib/ld-linux-aarch64.so.1")  # fmt: skip
 
 
-def grader_programs_changed(agent_layer: Path) -> list[str]:
+def grader_programs_changed(
+    agent_layer: Path, path: str = "", image: list[Path] | None = None
+) -> list[str]:
     """The programs that run the grade which the agent's layer changed (or removed): the shells
-    and ``env`` anywhere on the verifier's PATH, ``/etc/ld.so.preload``, the dynamic loader. A
-    grade run by a shell the agent wrote would be the agent's to write."""
-    found = [f"/{d}/{n}" for d in _PATH_DIRS for n in _SHELLS
-             if os.path.lexists(agent_layer / d / n)]  # fmt: skip
+    and ``env`` anywhere on the verifier's PATH (``path`` and Docker's), a directory of that
+    PATH (or one above it) turned into a link or a file, ``/etc/ld.so.preload``, the dynamic
+    loader. A grade run by a shell the agent wrote would be the agent's to write. Pythons
+    count where ``image`` (its layers) has one of that name on its PATH: replaced or shadowed,
+    not a new version the agent installed."""
+    dirs = {d.strip("/") for d in [*path.split(":"), *_PATH_DIRS] if d.startswith("/")}
+    dirs.discard(offline.MOUNT.strip("/") + "/bin")
+    found: list[str] = []
+    for d in sorted(dirs):
+        parts = d.split("/")
+        for i in range(1, len(parts) + 1):  # /usr/local/bin: /usr, /usr/local, /usr/local/bin
+            p = agent_layer.joinpath(*parts[:i])
+            if os.path.lexists(p) and (p.is_symlink() or not p.is_dir()):
+                found.append("/" + "/".join(parts[:i]))
+        found += [f"/{d}/{n}" for n in _SHELLS if os.path.lexists(agent_layer / d / n)]
+        with contextlib.suppress(OSError):
+            found += [f"/{d}/{n}" for n in os.listdir(agent_layer / d)
+                      if _PYTHON.match(n) and _on_path(image or [], dirs, n)]  # fmt: skip
     found += [f"/{p}" for p in _LOADER if os.path.lexists(agent_layer / p)]
-    return found
+    return sorted(set(found + _startup_hooks(agent_layer)))
 
 
-def _refuse_changed_programs(agent_layer: Path) -> None:
-    changed = grader_programs_changed(agent_layer)
+_PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
+
+
+def _on_path(layers: list[Path], dirs: set[str], name: str) -> bool:
+    return any(os.path.lexists(layer / d / name) for layer in layers for d in dirs)
+
+
+_HOOKS = ("sitecustomize.py", "usercustomize.py")
+
+
+def _startup_hooks(agent_layer: Path) -> list[str]:
+    """Python's startup hooks the agent wrote (every python the tests run imports them)."""
+    found = []
+    for root, _dirs, names in os.walk(agent_layer):
+        found += [os.path.join(root, n) for n in names if n in _HOOKS]
+    return ["/" + os.path.relpath(f, agent_layer) for f in found]
+
+
+def _refuse_changed_programs(agent_layer: Path, path: str, image: Image) -> None:
+    changed = grader_programs_changed(agent_layer, path, image.lowers)
     if changed:
         raise GraderFailed(
             f"the agent changed the grader's programs ({', '.join(changed)}): the tests would "
@@ -194,9 +246,9 @@ async def run_image_verifier(
     network: bool = False,
 ) -> Reward:
     """Run ``tests/test.sh`` over the image and the agent's frozen layer; the valid reward."""
-    _refuse_changed_programs(agent_layer)
+    _refuse_changed_programs(agent_layer, verifier_image_env(task, image)["PATH"], image)
     timeout = task.config.verifier.timeout_sec
-    lowers = [*([prep.layer] if prep.layer else []), agent_layer]
+    lowers = [*([prep.layer] if prep.layer else []), agent_layer, mountpoints()]
     storage_mb = task.config.environment.storage_mb
     try:
         box = await ImageSandbox.create(
@@ -251,7 +303,7 @@ async def run_shared_verifier(task: TaskFolder, image: Image, box: Any) -> Rewar
     """Harbor's shared mode: ``tests/test.sh`` in the agent's own sandbox, whose processes are
     alive (``SharedImageSandbox``): the pristine tests copied in, the logs wiped first."""
     timeout = task.config.verifier.timeout_sec
-    _refuse_changed_programs(box.upper)
+    _refuse_changed_programs(box.upper, verifier_image_env(task, image)["PATH"], image)
     for target in ("/tests", LOGS, REPORT):
         await asyncio.to_thread(box.clear, target)
     await asyncio.to_thread(
