@@ -8,58 +8,15 @@ mode says why. ``--json`` prints one object per task.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import BaseModel, Field
 
-from envlab.cli.console import err, out, run_async
+from envlab.cli.console import out, run_async
 
-
-class BuildRow(BaseModel):
-    task: str
-    mode: str
-    """``image``, or ``host`` (with ``reason``)."""
-    reason: str | None = None
-    layers: int = 0
-    built: int = 0
-    """Layers built now (the others came from the cache)."""
-    seconds: float = 0.0
-    notes: list[str] = Field(default_factory=list)
-    error: str | None = None
-
-
-async def build_one(folder: Any, images: str, quiet: bool) -> BuildRow:
-    from envlab.core.errors import EnvlabError
-    from envlab.envs.taskfolder.image_build import build_image
-    from envlab.envs.taskfolder.image_mode import compose_notes, host_mode_reason
-    from envlab.envs.taskfolder.image_verifier import prepare_verifier
-
-    t0 = time.monotonic()
-    reason = host_mode_reason(folder, images)
-    if reason is not None:
-        return BuildRow(task=folder.name, mode="host", reason=reason)
-    row = BuildRow(task=folder.name, mode="image")
-
-    def progress(what: str, cached: bool, seconds: float) -> None:
-        row.layers += what.startswith(f"{folder.name}/")
-        row.built += not cached and what.startswith(f"{folder.name}/")
-        if not quiet:
-            mark = "[dim]cached[/dim]" if cached else f"[green]built[/green] {seconds:6.1f}s"
-            err().print(f"  {mark} {what}", highlight=False)
-
-    try:
-        row.notes = compose_notes(folder)
-        with err().status(f"building {folder.name}"):
-            image = await build_image(folder, progress=progress)
-            await prepare_verifier(folder, image)
-        row.notes += image.notes
-    except EnvlabError as e:
-        row.error = str(e)
-    row.seconds = round(time.monotonic() - t0, 3)
-    return row
+if TYPE_CHECKING:
+    from envlab.cli.task_build_rows import BuildRow
 
 
 def build_cmd(
@@ -67,6 +24,7 @@ def build_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Build the images of task folders (cached layers; the base root filesystems once)."""
+    from envlab.cli.task_build_rows import build_one
     from envlab.envs.taskfolder import find_task_folders
     from envlab.envs.taskfolder.spec import default_images
 
