@@ -261,9 +261,13 @@ async def run_image_verifier(
         raise InfraError(f"could not set up the verifier's sandbox: {e}") from e
     try:
         assert box.storage is not None
-        logs, report = box.storage.make("logs", "report")
+        logs, report, tests = box.storage.make("logs", "report", "tests")
+        # a copy of the pristine tests, writable as Harbor's are (a test that builds in /tests)
+        await asyncio.to_thread(
+            shutil.copytree, task.tests_dir, tests, symlinks=True, dirs_exist_ok=True
+        )
         mounts = [
-            Mount(task.tests_dir, "/tests"),
+            Mount(tests, "/tests", writable=True),
             Mount(prep.kit, offline.MOUNT),
             Mount(logs, LOGS, writable=True),
             Mount(report, REPORT, writable=True),
