@@ -253,3 +253,11 @@ def test_an_agent_that_replaces_the_graders_programs_scores_0(simple: Path, atta
     grade = out["grades"][0]
     assert isinstance(grade, GraderFailed), f"the forged grade stood: {grade}"
     assert "grader" in str(grade) and "changed" in str(grade)
+
+
+def test_the_verifier_may_write_in_its_copy_of_the_tests(tiny_base: str, tmp_path: Path) -> None:
+    """As Harbor's: a test that builds something in /tests (the task's folder is untouched)."""
+    test_sh = "echo built > /tests/build.out && cat /tests/build.out >/dev/null\n" + TEST_DONE
+    task = write_task(tmp_path, "build-in-tests", DOCKERFILE, test_sh=test_sh, solve_sh=SOLVE)
+    assert score(episode(task, oracle=True)) == 1.0
+    assert not (task / "tests" / "build.out").exists()
