@@ -208,7 +208,8 @@ class _Builder:
         if res.ok:
             return
         why = "timed out" if res.timed_out else f"exited with code {res.exit_code}"
-        tail = (res.stderr.strip() + "\n" + res.stdout.strip()).strip()[-2000:]
+        # the end of each stream, stderr last: where a failing command says why
+        tail = (res.stdout.strip()[-800:] + "\n" + res.stderr.strip()[-1600:]).strip()
         raise DockerfileError(f"{self.source}:{step.line}: `{step.text[:200]}` {why}:\n{tail}")
 
     async def _sh(self, box: ImageSandbox, line: int, script: str, stdin: bytes = b"") -> None:
