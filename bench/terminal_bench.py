@@ -122,6 +122,19 @@ def table(summary: Path) -> str:
     return "\n".join(out)
 
 
+def _prune(out: Path) -> int:
+    """94 images need more disk than a laptop has: below 40 GB free, the layers no sandbox used
+    for 30 minutes go, below 15 GB those unused for 10 (a running task touches its layers each
+    time it makes a sandbox); the bases stay."""
+    from envlab.sandbox.image.store import prune_layers
+
+    freed = 0
+    for free_gb, unused_s in ((40, 1800), (15, 600)):
+        if shutil.disk_usage(out).free < free_gb << 30:
+            freed += prune_layers(unused_s)
+    return freed
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("tasks", type=Path)
@@ -149,13 +162,12 @@ async def main() -> None:
 
     async def one(task: Path) -> None:
         async with gate:
-            row = await _check(task, results, args.timeout)
-            if not args.keep_layers and shutil.disk_usage(args.out).free < 40 << 30:
-                # 94 images need more disk than a laptop has: layers no sandbox used for 30
-                # minutes go (a running task's are in use); the bases stay
-                from envlab.sandbox.image.store import prune_layers
-
-                row["pruned_mb"] = prune_layers(1800) >> 20
+            try:
+                row = await _check(task, results, args.timeout)
+                if not args.keep_layers:
+                    row["pruned_mb"] = _prune(args.out) >> 20
+            except Exception as e:  # one task's trouble (a full disk) is its row, not the run's
+                row = {"task": task.name, "pass": False, "seconds": 0.0, "cause": repr(e)}
         rows.append(row)
         mark = "PASS" if row["pass"] else "fail"
         print(f"{mark} {row['task']:40s} {row['seconds']:7.1f}s {str(row.get('cause'))[:150]}",
