@@ -73,6 +73,10 @@ _CAUSES = (
         "needs the internet at build time ({})",
     ),
     (r"Looking in indexes: https?://([\w.-]+)", "needs the internet at build time ({})"),
+    (
+        r"Dockerfile:\d+: `RUN (?:wget|curl|git clone)[^`]*?https?://([\w.-]+)",
+        "needs the internet at build time ({})",
+    ),
     (r"needs the network \(([^)]*)\)", "grading needs the internet ({})"),
     (
         r"(?:Could not resolve host:? |resolve host |Name or service not known.*?host=')"
