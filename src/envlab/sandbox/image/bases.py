@@ -127,7 +127,10 @@ def recipe_for(ref: str) -> BaseRecipe:
     tag = tag or "latest"
     if name.endswith("t-bench/python-3-13"):
         r = _python(ref, "3.13", "bookworm")
-        return _with(r, ("tmux", "curl", "asciinema"), (_TB_HOOK, "mkdir -p /app"), "/app")
+        # no asciinema: Debian's would bring Debian-packaged Python libraries (typing_extensions,
+        # setuptools, ...) into the one Python there is, which pip then cannot replace; the
+        # image's own asciinema is in another Python than the one its tasks use
+        return _with(r, ("tmux", "curl"), (_TB_HOOK, "mkdir -p /app"), "/app")
     if name.endswith("t-bench/ubuntu-24-04"):
         r = BaseRecipe(ref, "ubuntu", "noble")
         return _with(r, ("tmux", "asciinema"), ("mkdir -p /app",), "/app")
