@@ -175,7 +175,8 @@ def _python(ref: str, version: str, suite: str) -> BaseRecipe:
             f"FROM {ref}: Python {version} comes from {distro.title()} {home} (Debian {suite} "
             f"ships another Python), so the system around it is {home}'s",
         )
-    packages = ("ca-certificates", "python3", "python3-venv", "python-is-python3")
+    # the official images carry CPython's headers (a C extension builds against them)
+    packages = ("ca-certificates", "python3", "python3-dev", "python3-venv", "python-is-python3")
     env = (("LANG", "C.UTF-8"),)
     return BaseRecipe(ref, distro, home, packages, (_PYTHON_HOOK,), env, "/", notes)
 
