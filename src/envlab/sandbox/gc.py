@@ -15,7 +15,6 @@ import contextlib
 import fcntl
 import logging
 import os
-import shutil
 import signal
 import threading
 import time
@@ -24,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from envlab.sandbox.owner import hold_if_dead, lock_root, owner_ids, owner_of, record_of
-from envlab.sandbox.storage import unmount
+from envlab.sandbox.storage import remove_deep, unmount
 from envlab.sandbox.uids import UID_BASE, UID_SLOTS, kill_uid, try_lease
 from envlab.sandbox.workspace import state_dir
 
@@ -99,11 +98,16 @@ def _box_owner(path: str) -> str | None:
 
 
 def _du(path: Path) -> int:
-    total = 0
-    for dirpath, dirnames, filenames in os.walk(path):
-        for name in dirnames + filenames:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+    """Bytes under ``path``, walked without recursion (a tree deeper than Python's recursion
+    limit, which a sandboxed program can leave, is measured too)."""
+    total, todo = 0, [str(path)]
+    while todo:
+        with contextlib.suppress(OSError), os.scandir(todo.pop()) as it:
+            for entry in it:
+                with contextlib.suppress(OSError):
+                    total += entry.stat(follow_symlinks=False).st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        todo.append(entry.path)
     return total
 
 
@@ -200,7 +204,7 @@ def _gc_workspaces(deaths: _Deaths, dry: bool, states: set[Path], legacy: bool) 
             size = _du(entry) if entry.is_dir() and not entry.is_symlink() else 0
             if not dry:
                 if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry, ignore_errors=True)
+                    remove_deep(entry)
                 else:
                     entry.unlink(missing_ok=True)
             out.append(Removed("workspace", str(entry), oid, bytes=size))
