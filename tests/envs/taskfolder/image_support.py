@@ -323,17 +323,18 @@ def main():
 """
 
 
-def fake_pytest_wheel() -> tuple[str, bytes]:
-    """A wheel named ``pytest`` whose console script exits 0 when /app/done exists."""
-    name = f"pytest-{FAKE_PYTEST}-py3-none-any.whl"
-    info = f"pytest-{FAKE_PYTEST}.dist-info"
+def pytest_wheel(version: str, module: str, main: str) -> tuple[str, bytes]:
+    """A valid wheel named ``pytest`` at ``version`` whose console script is ``module:main``
+    (``main`` is the module's source)."""
+    name = f"pytest-{version}-py3-none-any.whl"
+    info = f"pytest-{version}.dist-info"
     files = {
-        "fakepytest/__init__.py": _PYTEST_MAIN,
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: pytest\nVersion: {FAKE_PYTEST}\n",
+        f"{module}/__init__.py": main,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: pytest\nVersion: {version}\n",
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: envlab-tests\nRoot-Is-Purelib: true\n"
         "Tag: py3-none-any\n",
-        f"{info}/entry_points.txt": "[console_scripts]\npytest = fakepytest:main\n",
-        f"{info}/top_level.txt": "fakepytest\n",
+        f"{info}/entry_points.txt": f"[console_scripts]\npytest = {module}:main\n",
+        f"{info}/top_level.txt": f"{module}\n",
     }
     record = []
     buf = io.BytesIO()
@@ -346,6 +347,11 @@ def fake_pytest_wheel() -> tuple[str, bytes]:
         record.append(f"{info}/RECORD,,")
         zf.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
     return name, buf.getvalue()
+
+
+def fake_pytest_wheel() -> tuple[str, bytes]:
+    """A wheel named ``pytest`` whose console script exits 0 when /app/done exists."""
+    return pytest_wheel(FAKE_PYTEST, "fakepytest", _PYTEST_MAIN)
 
 
 @contextlib.contextmanager

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
-import io
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -221,26 +218,8 @@ def test_a_python_startup_hook_does_not_pass_the_tests(
 
 # --- 4. uv's configuration: a fake pytest offered through find-links --------------------------
 def _passing_pytest_wheel(version: str = "100.0.0") -> tuple[str, bytes]:
-    name = f"pytest-{version}-py3-none-any.whl"
-    info = f"pytest-{version}.dist-info"
-    files = {
-        "evilpytest/__init__.py": "def main():\n    print('1 passed')\n    return 0\n",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: pytest\nVersion: {version}\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: redteam\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n",
-        f"{info}/entry_points.txt": "[console_scripts]\npytest = evilpytest:main\n",
-        f"{info}/top_level.txt": "evilpytest\n",
-    }
-    record, buf = [], io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path, body in files.items():
-            data = body.encode()
-            zf.writestr(path, data)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-            record.append(f"{path},sha256={digest.decode()},{len(data)}")
-        record.append(f"{info}/RECORD,,")
-        zf.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
-    return name, buf.getvalue()
+    main = "def main():\n    print('1 passed')\n    return 0\n"
+    return image_support.pytest_wheel(version, "evilpytest", main)
 
 
 @pytest.mark.parametrize("config", ["/root/.config/uv/uv.toml", "/etc/uv/uv.toml", "/app/uv.toml"])

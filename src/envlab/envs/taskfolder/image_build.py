@@ -123,15 +123,11 @@ class _Builder:
             env = {**stage.config.env, **dict(base.recipe.env)}
             image = Image(ref=stage.base, base=base.rootfs, notes=list(base.notes))
             image.key = content_key(BUILDER_VERSION, str(base.rootfs))
-            if base.recipe.workdir != "/" and stage.config.workdir == "/":
-                image.config.workdir = base.recipe.workdir
             image.config.env = env
         for step in stage.steps:
             image = await self._layer(image, stage, step)
         config = stage.config.model_copy(deep=True)
         config.env = {**image.config.env, **stage.config.env}
-        if config.workdir == "/" and image.config.workdir != "/":
-            config.workdir = image.config.workdir
         image.config = config
         image.notes += stage.notes
         return image

@@ -24,10 +24,10 @@ from envlab.envs.taskfolder.image_verifier import (
 )
 from envlab.envs.taskfolder.model import TaskFolder
 from envlab.sandbox import Limits, Mount, SandboxError
-from envlab.sandbox.image.bases import normalise, recipe_for
+from envlab.sandbox.image.bases import recipe_for, registered
 from envlab.sandbox.image.persistent import SharedImageSandbox
 from envlab.sandbox.image.sandbox import ImageSandbox
-from envlab.sandbox.image.store import Image, images_root
+from envlab.sandbox.image.store import Image
 
 
 def host_mode_reason(folder: TaskFolder, setting: str) -> str | None:
@@ -52,7 +52,7 @@ def host_mode_reason(folder: TaskFolder, setting: str) -> str | None:
         try:
             recipe_for(str(image))
         except ConfigError as e:
-            if not _registered(str(image)):
+            if not registered(str(image)):
                 raise ConfigError(
                     f"task {folder.name}: [environment] docker_image = {image!r} and no "
                     f"Dockerfile: {e}"
@@ -67,15 +67,9 @@ def host_mode_reason(folder: TaskFolder, setting: str) -> str | None:
         try:
             recipe_for(ref)
         except ConfigError as e:
-            if not _registered(ref):
+            if not registered(ref):
                 return str(e)
     return None
-
-
-def _registered(ref: str) -> bool:
-    from envlab.sandbox.image.store import content_key
-
-    return (images_root() / "bases" / f"local-{content_key(normalise(ref))}").is_dir()
 
 
 def compose_notes(folder: TaskFolder) -> list[str]:

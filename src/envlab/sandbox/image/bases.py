@@ -198,14 +198,15 @@ def register_base(ref: str, rootfs: Path) -> Path:
         return commit(commit_dir, final) / "rootfs"
 
 
-def _local(ref: str) -> Path | None:
+def registered(ref: str) -> Path | None:
+    """The root filesystem ``register_base`` adopted for ``ref``, if any."""
     path = images_root() / "bases" / f"local-{content_key(normalise(ref))}" / "rootfs"
     return path if path.is_dir() else None
 
 
 def ensure_base(ref: str, progress: Callable[[str], None] = lambda _: None) -> BaseImage:
     """The base of ``FROM ref``: a registered one, else built from its recipe once."""
-    local = _local(ref)
+    local = registered(ref)
     if local is not None:
         return BaseImage(local, BaseRecipe(ref, "local", "local"), notes=[])
     recipe = recipe_for(ref)
