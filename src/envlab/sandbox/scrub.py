@@ -105,12 +105,18 @@ def _kind(mode: int) -> str | None:
 
 
 def _judge_link(
-    resolver: _Resolver, parts: list[str], text: str, system: tuple[str, ...]
+    resolver: _Resolver,
+    parts: list[str],
+    text: str,
+    system: tuple[str, ...],
+    forbidden: tuple[str, ...] | None = None,
 ) -> str | None:
     """Why the link must go (``outside``, ``dangling``), or None to keep it."""
     try:
         _, st = resolver.resolve(parts, text)
     except _Outside as out:
+        if forbidden is not None:  # an image: outside the workspace is the pristine image
+            return "outside" if _under(os.path.normpath(out.where), forbidden) else None
         if system and _under(os.path.normpath(out.where), system):
             real = os.path.realpath(out.where)
             if _under(real, system) and os.path.exists(real):
@@ -121,11 +127,21 @@ def _judge_link(
     return None
 
 
-def scrub_tree(root: Path, *, mount: str = APP, keep_system: bool = True) -> list[dict[str, str]]:
+def scrub_tree(
+    root: Path,
+    *,
+    mount: str = APP,
+    keep_system: bool = True,
+    forbidden: tuple[str, ...] | None = None,
+) -> list[dict[str, str]]:
     """Remove, in place, what must not reach another sandbox from the workspace ``root`` (seen
     at ``mount`` by the agent): links that dangle or lead outside it, FIFOs, sockets, device
     nodes. Returns one ``{"path", "kind", "target", "reason"}`` per removed entry (``path``
-    relative to ``root``; ``target`` the link's text, else ""). Idempotent."""
+    relative to ``root``; ``target`` the link's text, else ""). Idempotent.
+
+    ``forbidden``: ``root`` is a workspace carried into a fresh sandbox of the same image (an
+    overlay layer): a link out of the workspace is kept (it resolves in the pristine image)
+    unless it leads under one of these roots; overlay whiteouts (devices 0:0) are kept."""
     root = Path(root)
     resolver = _Resolver(root, mount)
     system = _system_roots() if keep_system else ()
@@ -144,13 +160,15 @@ def scrub_tree(root: Path, *, mount: str = APP, keep_system: bool = True) -> lis
                 continue
             if stat.S_ISLNK(st.st_mode):
                 text = os.readlink(entry.path)
-                reason = _judge_link(resolver, parts, text, system)
+                reason = _judge_link(resolver, parts, text, system, forbidden)
                 if reason is not None:
                     os.unlink(entry.path)
                     removed.append({"path": rel, "kind": "symlink", "target": text,
                                     "reason": reason})  # fmt: skip
                 continue
             kind = _kind(st.st_mode)
+            if forbidden is not None and stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+                continue  # an overlay whiteout: a deletion the agent made
             if kind is not None:
                 os.unlink(entry.path)
                 removed.append({"path": rel, "kind": kind, "target": "", "reason": "special"})

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from envlab.core import Action, ToolCall
-from envlab.core.errors import ConfigError, GraderFailed
+from envlab.core.errors import ConfigError, GraderFailed, InfraError
 from envlab.envs.taskfolder.spec import TerminalEnv
 from tests.envs.taskfolder import image_support
 from tests.envs.taskfolder.image_support import (
@@ -251,8 +251,9 @@ FORGE = "#!/bin/sh\\necho 1 > /logs/verifier/reward.txt\\n"
 def test_an_agent_that_replaces_the_graders_programs_scores_0(simple: Path, attack: str) -> None:
     out = episode(simple, commands=(attack,))
     grade = out["grades"][0]
-    assert isinstance(grade, GraderFailed), f"the forged grade stood: {grade}"
-    assert "grader" in str(grade) and "changed" in str(grade)
+    # the separate mode grades over the pristine image: the changed programs never run
+    assert isinstance(grade, GraderFailed) or grade.total == 0.0, f"forged: {grade}"
+    assert not isinstance(grade, InfraError)
 
 
 def test_the_verifier_may_write_in_its_copy_of_the_tests(tiny_base: str, tmp_path: Path) -> None:

@@ -135,11 +135,6 @@ def test_a_shell_in_a_path_dir_of_the_images_own_env_is_checked(
     assert_scores_0(attack(task, plant))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open hole: the loader and the shells are checked, not the libraries they load; the "
-    "fix is a trusted shell for test.sh (a static bash in the kit)",
-)
 def test_a_replaced_library_of_the_shell_does_not_forge_the_grade(
     simple: Path, tmp_path: Path
 ) -> None:
@@ -194,16 +189,9 @@ TEST_PY = (
         # Debian's is a link to /etc/python3.11/sitecustomize.py: replaced, or written through
         "rm -f /usr/lib/python3.11/sitecustomize.py && "
         "echo 'import os; os._exit(0)' > /usr/lib/python3.11/sitecustomize.py",
-        pytest.param(
-            "mkdir -p /usr/local/lib/python3.11/dist-packages && "
-            "echo 'import os; os._exit(0)' > /usr/local/lib/python3.11/dist-packages/zz.pth",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open hole: a .pth with an import line runs in every python of the tests; "
-                "pip writes such files for editable installs and setuptools, so refusing them "
-                "would refuse honest work (the tests run in the agent's filesystem, as in TB)",
-            ),
-        ),
+        # a .pth with an import line: the separate mode grades over the pristine image
+        "mkdir -p /usr/local/lib/python3.11/dist-packages && "
+        "echo 'import os; os._exit(0)' > /usr/local/lib/python3.11/dist-packages/zz.pth",
         "rm -f /usr/bin/python3 && printf '#!/bin/sh\\nexit 0\\n' > /usr/bin/python3 && "
         "chmod 755 /usr/bin/python3",
     ],
@@ -261,8 +249,12 @@ def test_a_fifo_the_tests_read_is_a_timeout_not_an_infra_error(
     task = write_task(tmp_path, "fifo", DOCKERFILE, test_sh=test_sh, solve_sh=grading.SOLVE)
     _retime(task, 5)
     out = attack(task, "python3 -c 'import os; os.mkfifo(\"/app/answer\")' && touch /app/done")
-    assert isinstance(out["grade"], GraderFailed), out["grade"]
-    assert "timeout" in str(out["grade"])
+    grade = out["grade"]
+    assert not isinstance(grade, InfraError), grade
+    # the separate mode carries no FIFO (as the host mode): the tests read no endless input
+    assert not isinstance(grade, Exception), grade
+    kinds = {(d["path"], d["kind"]) for d in grade.details["not_carried"]}
+    assert ("/app/answer", "fifo") in kinds
 
 
 def test_a_full_disk_left_by_the_agent_scores_0(tiny_base: str, tmp_path: Path) -> None:

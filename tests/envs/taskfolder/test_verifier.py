@@ -11,7 +11,7 @@ import pytest
 
 from envlab.core import GraderFailed, Status
 from envlab.envs.taskfolder import judge, read_reward_files
-from envlab.envs.taskfolder.kit import END
+from envlab.sandbox.verifier_kit import END
 from envlab.rollout import EpisodeConfig
 from envlab.sandbox import ExecResult
 from tests.envs.taskfolder.conftest import episode, make_task

@@ -9,6 +9,7 @@ says which mode ran and why.
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from envlab.core.errors import ConfigError, GraderFailed
@@ -23,7 +24,7 @@ from envlab.envs.taskfolder.image_verifier import (
     run_shared_verifier,
 )
 from envlab.envs.taskfolder.model import TaskFolder
-from envlab.sandbox import Limits, Mount, SandboxError
+from envlab.sandbox import Limits, Mount, SandboxError, verifier_kit
 from envlab.sandbox.image.bases import recipe_for, registered
 from envlab.sandbox.image.persistent import SharedImageSandbox
 from envlab.sandbox.image.sandbox import ImageSandbox
@@ -123,7 +124,8 @@ async def reset_in_image(
     try:
         if shared_verifier(folder):  # the verifier's caches and kit are there from the start
             options["extra_lowers"] = [prep.layer] if prep.layer else []
-            options["mounts"] = [Mount(prep.kit, offline.MOUNT)]
+            kit = await asyncio.to_thread(verifier_kit.image_kit_dir)
+            options["mounts"] = [Mount(prep.kit, offline.MOUNT), Mount(kit, verifier_kit.IMAGE_KIT)]
             box: ImageSandbox = await SharedImageSandbox.create(**options)  # type: ignore[arg-type]
         else:
             box = await ImageSandbox.create(**options)  # type: ignore[arg-type]

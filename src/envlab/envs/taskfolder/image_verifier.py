@@ -26,9 +26,10 @@ from envlab.core.errors import GraderFailed, InfraError
 from envlab.core.rubric import Reward
 from envlab.envs.taskfolder import offline
 from envlab.envs.taskfolder.model import TaskFolder
-from envlab.envs.taskfolder.reward_file import read_reward_files
-from envlab.envs.taskfolder.verifier import LOGS
-from envlab.sandbox import ExecResult, Limits, Mount
+from envlab.envs.taskfolder.reward_file import read_reward_files, read_small
+from envlab.envs.taskfolder.verifier import _HOST_ERRNOS, LOGS
+from envlab.sandbox import ExecResult, Limits, Mount, verifier_kit
+from envlab.sandbox.image.carry import ARTIFACTS, carry
 from envlab.sandbox.image.runner import host_network_trust
 from envlab.sandbox.image.sandbox import ImageSandbox
 from envlab.sandbox.image.store import (
@@ -145,18 +146,24 @@ def _host_resolver() -> list[Mount]:
     return [Mount(path, str(path))] if path.is_file() else []
 
 
-MOUNTPOINTS = ("tests", "logs/verifier", "opt/envlab/offline", "opt/envlab/report")
+MOUNTPOINTS = (
+    "tests",
+    "logs/verifier",
+    "opt/envlab/offline",
+    "opt/envlab/report",
+    "opt/envlab/grade",
+)
 
 
 def mountpoints() -> Path:
     """A layer of empty directories where the verifier mounts its own, stacked above the
     agent's: whatever the agent left at those paths (a file, a link, nothing), the mounts
     land on directories, so nothing it did turns its grade into a machinery failure."""
-    layer = images_root() / "layers" / "envlab-mountpoints" / "upper"
+    layer = images_root() / "layers" / "envlab-mountpoints-2" / "upper"
     if not (layer.parent / META).exists():
         for d in MOUNTPOINTS:
             (layer / d).mkdir(parents=True, exist_ok=True)
-        meta = LayerMeta(key="envlab-mountpoints", instruction="envlab: mount points")
+        meta = LayerMeta(key="envlab-mountpoints-2", instruction="envlab: mount points")
         (layer.parent / META).write_text(meta.model_dump_json())
     return layer
 
@@ -236,6 +243,13 @@ def _refuse_changed_programs(agent_layer: Path, path: str, image: Image) -> None
         )
 
 
+def workspace_of(image: Image) -> str:
+    """The agent's workspace, what the separate mode carries: the image's ``WORKDIR``
+    (``/app`` where the image sets none or ``/``)."""
+    workdir = image.config.workdir.rstrip("/")
+    return workdir if workdir else "/app"
+
+
 async def run_image_verifier(
     task: TaskFolder,
     image: Image,
@@ -245,35 +259,51 @@ async def run_image_verifier(
     memory_mb: int = 4096,
     network: bool = False,
 ) -> Reward:
-    """Run ``tests/test.sh`` over the image and the agent's frozen layer; the valid reward."""
-    _refuse_changed_programs(agent_layer, verifier_image_env(task, image)["PATH"], image)
+    """Harbor's ``separate`` mode: ``tests/test.sh`` in a fresh sandbox of the pristine image
+    (with its verifier layer), into which only the agent's workspace and artifacts are carried
+    (scrubbed); the valid reward."""
     timeout = task.config.verifier.timeout_sec
-    lowers = [*([prep.layer] if prep.layer else []), agent_layer, mountpoints()]
     storage_mb = task.config.environment.storage_mb
+    env = verifier_image_env(task, image)
+    env |= verifier_kit.image_kit_env(env)
     try:
+        kit = await asyncio.to_thread(verifier_kit.image_kit_dir)
         box = await ImageSandbox.create(
-            image=image, extra_lowers=lowers, network=network, name=f"verifier-{task.name}",
-            env=verifier_image_env(task, image),
+            image=image, network=network, name=f"verifier-{task.name}", env=env,
             limits=Limits(timeout_s=timeout, memory_bytes=memory_mb << 20,
                           **({"storage_bytes": storage_mb << 20} if storage_mb else {})),
+            extra_lowers=[*([prep.layer] if prep.layer else [])],
         )  # fmt: skip
     except OSError as e:
         raise InfraError(f"could not set up the verifier's sandbox: {e}") from e
     try:
         assert box.storage is not None
-        logs, report, tests = box.storage.make("logs", "report", "tests")
-        # a copy of the pristine tests, writable as Harbor's are (a test that builds in /tests)
+        carried, logs, report, tests = box.storage.make("carried", "logs", "report", "tests")
+        try:
+            dropped = await asyncio.to_thread(
+                carry, agent_layer, carried, [workspace_of(image), ARTIFACTS]
+            )
+        except OSError as e:
+            if e.errno in _HOST_ERRNOS:
+                raise InfraError(f"could not carry the workspace to the verifier: {e}") from e
+            raise GraderFailed(f"the agent's workspace could not be carried: {e}") from e
+        box.add_lowers([carried, mountpoints()])
         await asyncio.to_thread(
             shutil.copytree, task.tests_dir, tests, symlinks=True, dirs_exist_ok=True
         )
         mounts = [
             Mount(tests, "/tests", writable=True),
             Mount(prep.kit, offline.MOUNT),
+            Mount(kit, verifier_kit.IMAGE_KIT),
             Mount(logs, LOGS, writable=True),
             Mount(report, REPORT, writable=True),
         ]
-        res = await box.exec(["bash", "/tests/test.sh"], timeout=timeout, mounts=mounts)
-        return judge_image(res, logs, report / "needs-network.txt", timeout)
+        res = await box.exec(
+            ["sh", f"{verifier_kit.IMAGE_KIT}/report.sh"], timeout=timeout, mounts=mounts
+        )
+        reward = judge_image(res, logs, report, timeout, mode="separate")
+        reward.details["not_carried"] = dropped[:200]
+        return reward
     finally:
         await box.close()
 
@@ -313,45 +343,104 @@ async def run_shared_verifier(task: TaskFolder, image: Image, box: Any) -> Rewar
     await asyncio.to_thread(
         shutil.copytree, task.tests_dir, box.shared("/tests"), symlinks=True, dirs_exist_ok=True
     )
-    res = await box.exec(
-        ["bash", "/tests/test.sh"], timeout=timeout, env=verifier_image_env(task, image)
-    )
-    report = box.shared(REPORT) / "needs-network.txt"
-    try:
-        reward = judge_image(res, box.shared(LOGS), report, timeout)
-    except GraderFailed as e:
-        e.details["verifier_mode"] = "shared"
-        raise
-    reward.details["verifier_mode"] = "shared"
-    return reward
+    env = verifier_image_env(task, image)
+    env |= verifier_kit.image_kit_env(env) | {"ENVLAB_KEEP_OTHERS": "1"}
+    res = await box.exec(["sh", f"{verifier_kit.IMAGE_KIT}/report.sh"], timeout=timeout, env=env)
+    return judge_image(res, box.shared(LOGS), box.shared(REPORT), timeout, mode="shared")
 
 
-def judge_image(res: ExecResult, logs: Path, report: Path, timeout: float) -> Reward:
+def _report_line(res: ExecResult) -> tuple[tuple[int, int] | None, str]:
+    """``(test.sh's status, processes that outlived it)`` from the reporting process's last
+    line, if it ended on its own; and the output before that line."""
+    if res.exit_code != 0 or res.timed_out:
+        return None, res.stdout
+    out, sep, line = res.stdout.rstrip("\n").rpartition("\n" + verifier_kit.END)
+    fields = line.split()
+    if not sep or len(fields) != 2 or not all(f.isdigit() for f in fields):
+        return None, res.stdout
+    return (int(fields[0]), int(fields[1])), out
+
+
+def _events(report: Path) -> tuple[list[str], list[str]]:
+    """pytest sessions that started and never finished; programs reported missing."""
+    text = read_small(report / "events") or ""
+    started, finished, missing = set(), set(), []
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        pid = rest.split(" ")[0]
+        if kind == "start":
+            started.add(pid)
+        elif kind == "finish":
+            finished.add(pid)
+        elif kind == "missing" and rest and rest not in missing:
+            missing.append(rest[:100])
+    return sorted(started - finished), missing[:20]
+
+
+_NO_PYTEST = re.compile(r"No module named '?pytest'?|pytest: (command )?not found")
+
+
+def _invalid(ended: tuple[int, int] | None, res: ExecResult, unfinished: list[str]) -> str:
+    """Why the run cannot give a valid grade, or "" when it can."""
+    if res.timed_out:
+        return ""  # said below, with the timeout
+    if ended is None:
+        return (
+            f"the verifier was killed before it finished (exit {res.exit_code}): something in "
+            "the sandbox killed its reporting process"
+        )
+    status, left = ended
+    if status > 128:
+        return f"tests/test.sh was killed by signal {status - 128}"
+    if left:
+        return (
+            f"{left} process(es) started by the tests were still running when tests/test.sh "
+            "ended (they could rewrite the reward); the tests must stop them"
+        )
+    if unfinished:
+        return (
+            "a pytest session ended before it finished (os._exit or a kill in the code under "
+            "test), whatever exit code it left"
+        )
+    return ""
+
+
+def judge_image(
+    res: ExecResult, logs: Path, report: Path, timeout: float, *, mode: str = "separate"
+) -> Reward:
     """The valid reward of one run of test.sh in an image, or ``GraderFailed`` saying why."""
+    ended, out = _report_line(res)
     details: dict[str, Any] = {
-        "verifier_exit_code": None if res.timed_out else res.exit_code,
+        "verifier_exit_code": ended[0] if ended else None,
         "verifier_duration_s": round(res.duration_s, 3),
-        "verifier_output_tail": (res.stdout[-3000:] + "\n" + res.stderr[-3000:]).strip(),
+        "verifier_output_tail": (out[-3000:] + "\n" + res.stderr[-3000:]).strip(),
         "sandbox_mode": "image",
+        "verifier_mode": mode,
     }
-    needs = offline.read_needs_network(report)
+    unfinished, missing = _events(report)
+    needs = offline.read_needs_network(report / "needs-network.txt")
+    why = _invalid(ended, res, unfinished)
     total: float | None = None
-    why = ""
-    if not res.timed_out and not needs:
+    if not why and not res.timed_out and not needs:
         try:
             total, components = read_reward_files(logs)
         except GraderFailed as e:
             why = str(e)
-    if not needs and (total is None or total <= 0):
+    if not why and not needs and (total is None or total <= 0):
         # a fetch that went past the shims (pip, uv, a library in the tests) and failed: a
         # grade stands only where the tests passed anyway
         needs = offline_misses(res.stdout + "\n" + res.stderr)
+        if _NO_PYTEST.search(res.stdout + "\n" + res.stderr) and "pytest" not in missing:
+            missing.append("pytest")
     if needs:
         details["needs_network"] = needs
         why = f"needs the network ({', '.join(needs[:5])}): grading is offline"
     elif res.timed_out:
         why = f"the verifier (tests/test.sh) ran past [verifier] timeout_sec = {timeout:g}s"
-    elif total is not None:
+    elif not why and missing and (total is None or total <= 0):
+        details["missing_tools"] = missing
+        why = f"the verifier needs {', '.join(missing)}, not installed in the image"
+    elif not why and total is not None:
         return Reward(total=total, components=components, details=details)
     tail = str(details["verifier_output_tail"])[-1500:]
     raise GraderFailed(

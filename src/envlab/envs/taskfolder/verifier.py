@@ -26,11 +26,11 @@ from typing import Any
 
 from envlab.core.errors import GraderFailed, InfraError
 from envlab.core.rubric import Reward
-from envlab.envs.taskfolder import kit
 from envlab.envs.taskfolder.build import PreparedWorkspace
 from envlab.envs.taskfolder.model import TaskFolder
 from envlab.envs.taskfolder.reward_file import read_reward_files
 from envlab.sandbox import BubblewrapSandbox, ExecResult, Limits, Mount, scratch_dir
+from envlab.sandbox import verifier_kit as kit
 from envlab.sandbox.layout import host_layout
 from envlab.sandbox.workspace import state_dir
 

@@ -130,6 +130,14 @@ class ImageSandbox(Sandbox):
             self._lowers, (self._upper, self._work), network=network, mounts=self._mounts
         )
 
+    def add_lowers(self, layers: Sequence[Path]) -> None:
+        """Stack more read-only layers on top of the image's, before the first command (the
+        verifier's carried workspace, filled once the sandbox's storage exists)."""
+        self._lowers = [*fit(self._lowers, list(layers)), *layers]
+        self._prefix = image_args(
+            self._lowers, (self._upper, self._work), network=self.network, mounts=self._mounts
+        )
+
     def _has(self, parts: tuple[str, ...], extra: Sequence[Path]) -> bool:
         return any(Path(layer, *parts).exists() for layer in [*self.image.lowers, *extra])
 

@@ -1,0 +1,96 @@
+"""What Harbor's ``separate`` verifier mode carries from the agent's sandbox: its workspace.
+
+The agent's sandbox is an overlay; everything it changed is in its upper layer. Grading in
+``separate`` mode starts again from the pristine image, with only the agent's *workspace* (the
+image's ``WORKDIR``, ``/app`` in Terminal-Bench) and artifacts (``/logs/artifacts``) carried over:
+``carry`` copies those subtrees of the agent's layer into a layer of their own, deletions
+(overlay whiteouts) and replaced directories (opaque directories) included, so the verifier sees
+the workspace exactly as the agent left it over the image's programs, libraries, configuration
+and caches, none of which the agent could touch.
+
+The copy is then scrubbed as the host mode scrubs a workspace: a link whose target leads to the
+verifier's own mounts (``/tests``, ``/logs``, envlab's kit) or to the kernel's files (``/proc``,
+``/dev``, ``/sys``), FIFOs, sockets and device nodes (other than whiteouts), bytecode the agent
+may have forged (``__pycache__``, ``*.pyc``), and every key of a git repository's config that
+names a program to run. What was removed is listed (``not_carried``).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from envlab.sandbox.scrub import scrub_tree
+
+ARTIFACTS = "/logs/artifacts"
+"""Harbor's artifacts directory: carried with the workspace."""
+VERIFIER_ROOTS = ("/tests", "/logs", "/opt/envlab", "/proc", "/dev", "/sys", "/run/envlab")
+"""Where a carried link must not lead: the verifier's own mounts and the kernel's files."""
+
+
+def is_whiteout(st: os.stat_result) -> bool:
+    """An overlay whiteout: a character device 0:0 that records a deletion."""
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
+
+
+def carry(agent_layer: Path, dest: Path, paths: Sequence[str]) -> list[dict[str, str]]:
+    """Copy the subtrees ``paths`` (absolute, e.g. ``/app``) of ``agent_layer`` into the layer
+    ``dest`` and scrub them; return what was not carried. A path whose parent the agent
+    replaced by a link or a file is not carried (the verifier sees the image's own)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    dropped: list[dict[str, str]] = []
+    for path in dict.fromkeys(p.rstrip("/") or "/" for p in paths):
+        parts = [p for p in path.split("/") if p]
+        if not parts:
+            raise ValueError("the workspace cannot be / in separate mode: it would carry all")
+        src = agent_layer.joinpath(*parts)
+        blocked = _blocked_parent(agent_layer, parts)
+        if blocked is not None:
+            dropped.append({"path": path, "kind": "parent", "target": blocked,
+                            "reason": "a parent of the workspace was replaced"})  # fmt: skip
+            continue
+        if not os.path.lexists(src):
+            continue
+        target = dest.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # cp -a keeps whiteouts (device 0:0), the opaque directories' xattrs, holes and modes
+        proc = subprocess.run(
+            ["cp", "-a", "--reflink=auto", "--", str(src), str(target)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise OSError(f"copying the workspace {path} failed: {proc.stderr.strip()[-500:]}")
+        st = os.lstat(target)
+        if not stat.S_ISDIR(st.st_mode):  # the workspace itself replaced (a link, a file)
+            if not is_whiteout(st):
+                os.unlink(target)
+                why = "the workspace was replaced by a non-directory"
+                dropped.append({"path": path, "kind": "workspace", "target": "", "reason": why})
+            continue
+        dropped += [{**d, "path": f"{path}/{d['path']}"} for d in scrub_carried(target, path)]
+    return dropped
+
+
+def _blocked_parent(layer: Path, parts: list[str]) -> str | None:
+    for i in range(1, len(parts)):
+        p = layer.joinpath(*parts[:i])
+        if os.path.lexists(p) and (p.is_symlink() or not p.is_dir()):
+            return "/" + "/".join(parts[:i])
+    return None
+
+
+def scrub_carried(root: Path, mount: str) -> list[dict[str, str]]:
+    """Scrub one carried workspace in place (links, special files, bytecode, git configs)."""
+    removed = scrub_tree(root, mount=mount, forbidden=VERIFIER_ROOTS)
+    from envlab.sandbox.verifier_kit.verifier_run import prepare  # stdlib only, host-side here
+
+    for entry in prepare(str(root)):
+        rel = os.path.relpath(entry["path"], root)
+        why = "removed" if entry["kind"] == "bytecode" else "rewritten"
+        removed.append(
+            {"path": rel, "kind": entry["kind"], "target": entry.get("dropped", ""), "reason": why}
+        )
+    return removed
