@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from envlab.cli.task import task_app
-from tests.envs.taskfolder.test_tb_import import make_tb1_task
+from tests.importers.test_terminal_bench import make_tb1_task
 
 pytest.importorskip("yaml")
 

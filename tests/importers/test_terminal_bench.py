@@ -11,9 +11,13 @@ import pytest
 
 from envlab.core.errors import ConfigError
 from envlab.envs.taskfolder.model import load_task_folder
-from envlab.envs.taskfolder.tb_compose import can_collapse, dockerfile_additions, with_platform
-from envlab.envs.taskfolder.tb_import import import_terminal_bench
-from envlab.envs.taskfolder.tb_solution import solve_sh_from_steps
+from envlab.importers.terminal_bench import import_terminal_bench
+from envlab.importers.terminal_bench.compose import (
+    can_collapse,
+    dockerfile_additions,
+    with_platform,
+)
+from envlab.importers.terminal_bench.solution import solve_sh_from_steps
 
 yaml = pytest.importorskip("yaml")
 
@@ -292,7 +296,7 @@ def test_a_task_with_solution_yaml_is_mapped_and_the_yaml_stays_hidden(tmp_path:
 def test_a_solution_that_leaves_a_process_running_asks_for_the_shared_mode(
     tmp_path: Path, solve: str, shared: bool
 ) -> None:
-    from envlab.envs.taskfolder.tb_import import starts_a_service
+    from envlab.importers.terminal_bench.verifier_mode import starts_a_service
 
     path = tmp_path / "solve.sh"
     path.write_text("#!/bin/bash\n" + solve)

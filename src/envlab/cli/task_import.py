@@ -1,6 +1,6 @@
 """``envlab task import terminal-bench DIR``: Terminal-Bench 1 task folders as Harbor task folders.
 
-The mapping is Harbor's (``envlab.envs.taskfolder.tb_import``); a task that cannot be mapped is
+The mapping is Harbor's (``envlab.importers.terminal_bench``); a task that cannot be mapped is
 listed with the reason and leaves nothing behind. Exit status 1 when any task failed.
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from envlab.envs.taskfolder.tb_import import ImportReport
+    from envlab.importers.terminal_bench import ImportReport
 
 
 class SourceKind(StrEnum):
@@ -37,7 +37,7 @@ def import_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Convert the SOURCE tasks at DIR into Harbor task folders under --out (one per task)."""
-    from envlab.envs.taskfolder.tb_import import import_terminal_bench
+    from envlab.importers.terminal_bench import import_terminal_bench
 
     report = import_terminal_bench(path, out_dir, overwrite=overwrite)
     if as_json:

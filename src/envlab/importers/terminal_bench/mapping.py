@@ -11,26 +11,30 @@ The mapping is Harbor's own (``harbor/mappers/terminal_bench.py``, Harbor 0.26),
 - ``run-tests.sh`` -> ``tests/test.sh`` with the reward-file suffix, ``tests/`` -> ``tests/``,
   ``solution.sh`` -> ``solution/solve.sh``; every other file -> ``environment/``.
 
-Where envlab differs: ``solution.yaml`` (tmux keystrokes) is converted (``tb_solution``), not
+Where envlab differs: ``solution.yaml`` (tmux keystrokes) is converted (``solution``), not
 refused; the main service is ``client``, else the one with TB1's client image, else the first
 (Harbor: ``client`` or the first); ``solution.yaml`` is never copied into ``environment/``;
-``${TEST_DIR}`` is replaced in test.sh as ``$TEST_DIR`` is; symbolic links are copied as links.
+``${TEST_DIR}`` is replaced in test.sh as ``$TEST_DIR`` is; symbolic links are copied as links;
+``[verifier] environment_mode = "shared"`` is written for the tasks whose tests need the agent's
+system state (``verifier_mode``), with a comment above ``[verifier]`` saying which mode and why.
 """
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
+import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envlab.core.errors import ConfigError
-from envlab.envs.taskfolder import tb_compose as compose
-from envlab.envs.taskfolder.tb_compose import copy_file, load_yaml
-from envlab.envs.taskfolder.tb_solution import solve_sh_from_steps
+from envlab.importers.terminal_bench import compose
+from envlab.importers.terminal_bench.compose import copy_file, load_yaml
+from envlab.importers.terminal_bench.solution import solve_sh_from_steps
+from envlab.importers.terminal_bench.verifier_mode import shared_reasons, workdir_of
 
 REWARD_LOGGING_SUFFIX = """
 _EXIT_CODE=$?
@@ -63,21 +67,40 @@ class TB1TaskConfig(BaseModel):
     max_agent_timeout_sec: float = Field(360.0, gt=0, allow_inf_nan=False)
     max_test_timeout_sec: float = Field(60.0, gt=0, allow_inf_nan=False)
 
-    def task_toml(self, shared: bool = False) -> str:
-        """``task.toml`` with what Harbor's mapper sets (its other defaults are envlab's too)."""
+    def task_toml(self, shared_because: Sequence[str] = (), workdir: str = "/app") -> str:
+        """``task.toml`` with what Harbor's mapper sets (its other defaults are envlab's too);
+        ``shared_because``: why the tests need the agent's system state (none: ``separate``)."""
         meta = self.model_dump(exclude={"instruction", "max_agent_timeout_sec"})
         meta.pop("max_test_timeout_sec")
         lines = ['schema_version = "1.4"', "", "[metadata]"]
         lines += [f"{k} = {_toml(v)}" for k, v in meta.items() if v is not None]
-        lines += ["", "[verifier]", f"timeout_sec = {_toml(self.max_test_timeout_sec)}"]
+        lines += ["", *_verifier_comment(shared_because, workdir)]
+        lines += ["[verifier]", f"timeout_sec = {_toml(self.max_test_timeout_sec)}"]
         # envlab grades offline: what test.sh fetches is served from caches filled at build
         # time (envs/taskfolder/offline.py); anything else is `needs the network (URL)`
         lines += ['network_mode = "no-network"']
-        if shared:  # TB1 ran its tests in the agent's container: a server it started is there
+        if shared_because:  # TB1 ran its tests in the agent's container
             lines += ['environment_mode = "shared"']
         lines += ["", "[agent]", f"timeout_sec = {_toml(self.max_agent_timeout_sec)}"]
         lines += ["", "[environment]", 'network_mode = "public"']
         return "\n".join(lines) + "\n"
+
+
+def _verifier_comment(shared_because: Sequence[str], workdir: str) -> list[str]:
+    """The comment above ``[verifier]``: the mode and why (Harbor ignores comments)."""
+    if not shared_because:
+        text = (
+            "Verifier mode: separate (Harbor's default): the tests run in a fresh sandbox of "
+            f"the pristine image with only the workspace ({workdir}) and artifacts carried "
+            "over; solve.sh was not seen to need more (a static reading of solve.sh and the "
+            "tests: `envlab task check` confirms)."
+        )
+        return [f"# {ln}" for ln in textwrap.wrap(text, 96)]
+    text = (
+        "Verifier mode: shared: the tests run in the agent's own filesystem, its processes "
+        "alive, because (a static reading of solve.sh and the tests):"
+    )
+    return [f"# {ln}" for ln in textwrap.wrap(text, 96)] + [f"# - {r}" for r in shared_because]
 
 
 def _toml(v: Any) -> str:
@@ -102,6 +125,10 @@ class TaskImport(BaseModel):
     compose: bool = False
     """True when ``environment/docker-compose.yaml`` was written (it could not collapse)."""
     notes: list[str] = Field(default_factory=list)
+    environment_mode: Literal["separate", "shared"] = "separate"
+    """The verifier mode written to ``task.toml``."""
+    shared_because: list[str] = Field(default_factory=list)
+    """Why ``shared``: what of the agent's system state the tests need (``verifier_mode``)."""
 
 
 class ImportReport(BaseModel):
@@ -210,31 +237,13 @@ def map_task(src: Path, out: Path) -> TaskImport:
         config.instruction if config.instruction.endswith("\n") else config.instruction + "\n"
     )
     (out / "instruction.md").write_text(instruction, encoding="utf-8")
-    shared = starts_a_service(out / "solution" / "solve.sh")
-    if shared:
-        result.notes.append(
-            "the solution leaves a process running: [verifier] environment_mode = 'shared'"
-        )
-    (out / "task.toml").write_text(config.task_toml(shared), encoding="utf-8")
+    workdir = workdir_of(env_dir / "Dockerfile")
+    because = shared_reasons(out / "solution" / "solve.sh", tests_dir, workdir)
+    if because:
+        result.environment_mode, result.shared_because = "shared", because
+        result.notes.append("verifier mode shared: " + "; ".join(because))
+    (out / "task.toml").write_text(config.task_toml(because, workdir), encoding="utf-8")
     return result
-
-
-_SERVICE = re.compile(
-    r"(^|[\s;(])(nohup|setsid|daemonize)\s|[^&]&\s*(#.*)?$|\bservice\s+\S+\s+(re)?start\b|"
-    r"\bsystemctl\s+(re)?start\b|--daemon\b|\b(nginx|sshd|redis-server|mysqld|mongod|cron|"
-    r"apache2ctl|php-fpm\S*|dockerd)(\s|$)",
-    re.MULTILINE,
-)
-
-
-def starts_a_service(solve: Path) -> bool:
-    """Whether ``solve.sh`` leaves a process running for the tests (a server in the background,
-    a daemon): TB1 graded in the agent's container, so such tasks need Harbor's shared mode."""
-    if not solve.is_file():
-        return False
-    lines = [ln for ln in solve.read_text(errors="replace").splitlines()
-             if not ln.lstrip().startswith("#")]  # fmt: skip
-    return bool(_SERVICE.search("\n".join(lines)))
 
 
 def _write_test_sh(run_tests: Path, target: Path) -> None:

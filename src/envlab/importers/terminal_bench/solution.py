@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from envlab.envs.taskfolder.tb_compose import problems
+from envlab.importers.terminal_bench.compose import problems
 
 LONG_RUNNING = re.compile(
     r"(http\.server|uvicorn|gunicorn|flask\s+run|redis-server|mongod\b|nginx|httpd|"
