@@ -56,6 +56,12 @@ class GraderFailed(EnvlabError):
         self.details = details or {}
 
 
+class GraderTainted(GraderFailed):
+    """The grade ran something the agent changed outside what the task expects it to change
+    (Harbor's ``shared`` verifier mode: the tests run in the agent's own filesystem). Scored 0
+    like any invalid grade, never excluded; ``details["grader_tainted"]`` names the files."""
+
+
 class EpisodeOrderError(EnvlabError):
     """An environment was driven out of order: ``step`` before ``reset``, ``step`` after the
     episode ended, a second ``reset`` (an environment serves one episode)."""

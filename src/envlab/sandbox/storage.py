@@ -149,7 +149,7 @@ class Storage:
             "-O", "^has_journal,^resize_inode", "-E", "lazy_itable_init=1,nodiscard",
             str(self.image),
         ]  # fmt: skip
-        opts = "loop,nosuid,nodev,noatime,noinit_itable"
+        opts = "loop,nosuid,nodev,relatime,noinit_itable"
         mount = [str(_tool("mount")), "-t", "ext4", "-o", opts, str(self.image), str(self.fs)]
         for argv in (mkfs, mount):
             res = subprocess.run(argv, capture_output=True, text=True, timeout=60)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from envlab.core import Action, ToolCall
-from envlab.core.errors import GraderFailed, InfraError
+from envlab.core.errors import InfraError
 from envlab.envs.taskfolder.spec import TerminalEnv
 from tests.envs.taskfolder import image_support
 from tests.envs.taskfolder import test_image_grading as grading

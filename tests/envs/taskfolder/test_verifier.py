@@ -11,9 +11,9 @@ import pytest
 
 from envlab.core import GraderFailed, Status
 from envlab.envs.taskfolder import judge, read_reward_files
-from envlab.sandbox.verifier_kit import END
 from envlab.rollout import EpisodeConfig
 from envlab.sandbox import ExecResult
+from envlab.sandbox.verifier_kit import END
 from tests.envs.taskfolder.conftest import episode, make_task
 from tests.sandbox.conftest import requires_bwrap
 

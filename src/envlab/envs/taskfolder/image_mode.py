@@ -10,9 +10,13 @@ says which mode ran and why.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import os
+import shutil
+from pathlib import Path
 
-from envlab.core.errors import ConfigError, GraderFailed
+from envlab.core.errors import ConfigError, GraderFailed, GraderTainted
 from envlab.core.rubric import Reward
 from envlab.envs.taskfolder import offline
 from envlab.envs.taskfolder.dockerfile_stages import CopyStep, parse_stages
@@ -25,10 +29,11 @@ from envlab.envs.taskfolder.image_verifier import (
 )
 from envlab.envs.taskfolder.model import TaskFolder
 from envlab.sandbox import Limits, Mount, SandboxError, verifier_kit
+from envlab.sandbox.image import tamper
 from envlab.sandbox.image.bases import recipe_for, registered
 from envlab.sandbox.image.persistent import SharedImageSandbox
 from envlab.sandbox.image.sandbox import ImageSandbox
-from envlab.sandbox.image.store import Image
+from envlab.sandbox.image.store import Image, alocked, content_key, images_root
 
 
 def host_mode_reason(folder: TaskFolder, setting: str) -> str | None:
@@ -110,39 +115,95 @@ def shared_verifier(folder: TaskFolder) -> bool:
     return (getattr(v, "model_extra", None) or {}).get("environment_mode") == "shared"
 
 
+async def _shared_box(
+    folder: TaskFolder, image: Image, prep: VerifierPrep, limits: Limits
+) -> SharedImageSandbox:
+    """A shared sandbox of the task: the verifier's caches and kit are there from the start."""
+    kit = await asyncio.to_thread(verifier_kit.image_kit_dir)
+    return await SharedImageSandbox.create(
+        image=image, limits=limits, network=folder.config.network_for("agent"),
+        env=folder.config.environment.env, name=f"agent-{folder.name}",
+        extra_lowers=[prep.layer] if prep.layer else [],
+        mounts=[Mount(prep.kit, offline.MOUNT), Mount(kit, verifier_kit.IMAGE_KIT)],
+    )  # fmt: skip
+
+
 async def reset_in_image(
     folder: TaskFolder, limits: Limits
 ) -> tuple[Image, VerifierPrep, ImageSandbox]:
-    """Build (or find) the image and the verifier's caches; a fresh sandbox over the image."""
+    """Build (or find) the image and the verifier's caches; a fresh sandbox over the image.
+    A task graded ``shared`` is calibrated first (what its oracle changes, once per image)."""
     compose_notes(folder)  # refuses sidecars before building anything
     image = await build_image(folder)
     prep = await prepare_verifier(folder, image)
-    options: dict[str, object] = dict(
-        image=image, limits=limits, network=folder.config.network_for("agent"),
-        env=folder.config.environment.env, name=f"agent-{folder.name}",
-    )  # fmt: skip
     try:
-        if shared_verifier(folder):  # the verifier's caches and kit are there from the start
-            options["extra_lowers"] = [prep.layer] if prep.layer else []
-            kit = await asyncio.to_thread(verifier_kit.image_kit_dir)
-            options["mounts"] = [Mount(prep.kit, offline.MOUNT), Mount(kit, verifier_kit.IMAGE_KIT)]
-            box: ImageSandbox = await SharedImageSandbox.create(**options)  # type: ignore[arg-type]
+        if shared_verifier(folder):
+            await calibrate(folder, image, prep, limits)
+            box: ImageSandbox = await _shared_box(folder, image, prep, limits)
         else:
-            box = await ImageSandbox.create(**options)  # type: ignore[arg-type]
+            box = await ImageSandbox.create(
+                image=image, limits=limits, network=folder.config.network_for("agent"),
+                env=folder.config.environment.env, name=f"agent-{folder.name}",
+            )  # fmt: skip
     except OSError as e:
         raise SandboxError(f"could not set up the sandbox of task {folder.name!r}: {e}") from e
     return image, prep, box
 
 
+async def calibrate(
+    folder: TaskFolder, image: Image, prep: VerifierPrep, limits: Limits
+) -> tamper.Expected:
+    """What the task expects an agent to change: what its oracle's ``solve.sh`` changed in a
+    shared sandbox of the image (run once per image and solution, then cached). No solution:
+    nothing is expected, every file of the agent's that the grade uses taints it."""
+    if folder.solution is None:
+        return tamper.Expected()
+    solution = await asyncio.to_thread(_tree_digest, folder.solution_dir)
+    key = content_key("calibration-1", image.key, prep.layer is not None, solution)
+    path = images_root() / "calibration" / f"{key}.json"
+    if path.is_file():
+        return tamper.Expected.from_json(json.loads(path.read_text()))
+    async with alocked(f"calibration-{key}"):
+        if path.is_file():
+            return tamper.Expected.from_json(json.loads(path.read_text()))
+        box = await _shared_box(folder, image, prep, limits)
+        try:
+            await asyncio.to_thread(
+                shutil.copytree, folder.solution_dir, box.shared("/solution"), dirs_exist_ok=True
+            )
+            res = await box.exec(
+                ["bash", "/solution/solve.sh"], timeout=folder.config.agent.timeout_sec
+            )
+            lowers = [*image.lowers, *([prep.layer] if prep.layer else [])]
+            expected = await asyncio.to_thread(tamper.changed_by, box.upper, lowers)
+        finally:
+            await box.close()
+        if res.timed_out:
+            raise ConfigError(f"task {folder.name}: solve.sh timed out while calibrating")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(expected.to_json()))
+        return expected
+
+
+def _tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        h.update(str(p.relative_to(root)).encode() + b"\0")
+        if p.is_file() and not p.is_symlink():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
 async def grade_in_image(
     folder: TaskFolder, image: Image, box: ImageSandbox, prep: VerifierPrep
 ) -> Reward:
-    """The tests over the agent's frozen layer (its processes killed first); in the shared
-    mode, in the agent's own sandbox with its processes alive."""
+    """``separate``: the tests in a fresh sandbox of the pristine image with the agent's
+    workspace carried (its processes killed first). ``shared``: in the agent's own sandbox,
+    its processes alive, with tamper evidence."""
     cfg = folder.config.environment
     try:
         if isinstance(box, SharedImageSandbox):
-            return await run_shared_verifier(folder, image, box)
+            return await _grade_shared(folder, image, box, prep)
         await box.kill_all()
         return await run_image_verifier(
             folder,
@@ -155,3 +216,31 @@ async def grade_in_image(
     except GraderFailed as e:
         e.details.setdefault("sandbox_mode", "image")
         raise
+
+
+async def _grade_shared(
+    folder: TaskFolder, image: Image, box: SharedImageSandbox, prep: VerifierPrep
+) -> Reward:
+    """The shared grade, tainted (``GraderTainted``) when the tests read or ran a file of the
+    agent's layer that the task does not expect it to change."""
+    expected = await calibrate(folder, image, prep, box.limits)
+    assert box.storage is not None
+    await asyncio.to_thread(tamper.check_records_reads, box.storage.fs)
+    armed = await asyncio.to_thread(tamper.arm, box.upper)
+    failure: GraderFailed | None = None
+    try:
+        reward = await run_shared_verifier(folder, image, box)
+    except GraderFailed as e:
+        failure = e
+    bad = await asyncio.to_thread(tamper.tainted, armed, expected)
+    if bad:
+        details = {**(failure.details if failure else reward.details)}
+        details |= {"grader_tainted": bad[:200], "verifier_mode": "shared"}
+        raise GraderTainted(
+            f"grader_tainted: the tests used {len(bad)} file(s) the agent changed outside what "
+            f"the task expects ({', '.join(bad[:5])}); the grade is not the tests' alone",
+            details=details,
+        )
+    if failure is not None:
+        raise failure
+    return reward

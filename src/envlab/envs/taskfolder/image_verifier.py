@@ -183,66 +183,6 @@ def verifier_image_env(task: TaskFolder, image: Image) -> dict[str, str]:
     return env
 
 
-_SHELLS = ("bash", "sh", "dash", "env")
-_PATH_DIRS = ("usr/local/sbin", "usr/local/bin", "usr/sbin", "usr/bin", "sbin", "bin")
-_LOADER = ("etc/ld.so.preload", "lib64/ld-linux-x86-64.so.2", "usr/lib64/ld-linux-x86-64.so.2",
-           "lib/ld-linux-aarch64.so.1", "usr/lib/ld-linux-aarch64.so.1")  # fmt: skip
-
-
-def grader_programs_changed(
-    agent_layer: Path, path: str = "", image: list[Path] | None = None
-) -> list[str]:
-    """The programs that run the grade which the agent's layer changed (or removed): the shells
-    and ``env`` anywhere on the verifier's PATH (``path`` and Docker's), a directory of that
-    PATH (or one above it) turned into a link or a file, ``/etc/ld.so.preload``, the dynamic
-    loader. A grade run by a shell the agent wrote would be the agent's to write. Pythons
-    count where ``image`` (its layers) has one of that name on its PATH: replaced or shadowed,
-    not a new version the agent installed."""
-    dirs = {d.strip("/") for d in [*path.split(":"), *_PATH_DIRS] if d.startswith("/")}
-    dirs.discard(offline.MOUNT.strip("/") + "/bin")
-    found: list[str] = []
-    for d in sorted(dirs):
-        parts = d.split("/")
-        for i in range(1, len(parts) + 1):  # /usr/local/bin: /usr, /usr/local, /usr/local/bin
-            p = agent_layer.joinpath(*parts[:i])
-            if os.path.lexists(p) and (p.is_symlink() or not p.is_dir()):
-                found.append("/" + "/".join(parts[:i]))
-        found += [f"/{d}/{n}" for n in _SHELLS if os.path.lexists(agent_layer / d / n)]
-        with contextlib.suppress(OSError):
-            found += [f"/{d}/{n}" for n in os.listdir(agent_layer / d)
-                      if _PYTHON.match(n) and _on_path(image or [], dirs, n)]  # fmt: skip
-    found += [f"/{p}" for p in _LOADER if os.path.lexists(agent_layer / p)]
-    return sorted(set(found + _startup_hooks(agent_layer)))
-
-
-_PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
-
-
-def _on_path(layers: list[Path], dirs: set[str], name: str) -> bool:
-    return any(os.path.lexists(layer / d / name) for layer in layers for d in dirs)
-
-
-_HOOKS = ("sitecustomize.py", "usercustomize.py")
-
-
-def _startup_hooks(agent_layer: Path) -> list[str]:
-    """Python's startup hooks the agent wrote (every python the tests run imports them)."""
-    found = []
-    for root, _dirs, names in os.walk(agent_layer):
-        found += [os.path.join(root, n) for n in names if n in _HOOKS]
-    return ["/" + os.path.relpath(f, agent_layer) for f in found]
-
-
-def _refuse_changed_programs(agent_layer: Path, path: str, image: Image) -> None:
-    changed = grader_programs_changed(agent_layer, path, image.lowers)
-    if changed:
-        raise GraderFailed(
-            f"the agent changed the grader's programs ({', '.join(changed)}): the tests would "
-            "run under them, so no grade is valid",
-            details={"grader_programs_changed": changed, "sandbox_mode": "image"},
-        )
-
-
 def workspace_of(image: Image) -> str:
     """The agent's workspace, what the separate mode carries: the image's ``WORKDIR``
     (``/app`` where the image sets none or ``/``)."""
@@ -337,7 +277,6 @@ async def run_shared_verifier(task: TaskFolder, image: Image, box: Any) -> Rewar
     """Harbor's shared mode: ``tests/test.sh`` in the agent's own sandbox, whose processes are
     alive (``SharedImageSandbox``): the pristine tests copied in, the logs wiped first."""
     timeout = task.config.verifier.timeout_sec
-    _refuse_changed_programs(box.upper, verifier_image_env(task, image)["PATH"], image)
     for target in ("/tests", LOGS, REPORT):
         await asyncio.to_thread(box.clear, target)
     await asyncio.to_thread(

@@ -1,0 +1,155 @@
+"""A universal forging agent (``attacks/universal_forger.sh``) against clean task folders, in
+every mode a task folder grades in: the host filesystem, an image graded ``separate`` (the
+default) and an image graded ``shared``. Every class of attack that reached reward 1.0 on the
+image mode of issue 23 is one parametrised case, and the whole script is one more; each must
+score 0 (a reward of 0 or ``GraderFailed``, both scored) and never be an ``InfraError``, while
+the oracle scores 1.0 on the same task in the same mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envlab.core import Action, ToolCall
+from envlab.core.errors import GraderFailed, GraderTainted, InfraError
+from envlab.envs.taskfolder.spec import TerminalEnv
+from tests.envs.taskfolder import image_support
+from tests.envs.taskfolder.image_support import needs_image_host, write_task
+
+image_cache = image_support.image_cache
+tiny_base = image_support.tiny_base
+tiny_rootfs = image_support.tiny_rootfs
+
+pytestmark = needs_image_host
+
+FORGER = Path(__file__).parent / "attacks" / "universal_forger.sh"
+CLASSES = (
+    "early_reward", "loader", "pytest_config", "pytest_plugin", "pytest_edit", "stdlib_edit",
+    "fake_dist", "wheel_cache", "workspace", "uv_project", "path_programs", "shells",
+)  # fmt: skip
+MODES = ("host", "separate", "shared")
+
+DOCKERFILE = (
+    "FROM envlab-test/tiny:1\nWORKDIR /app\n"
+    "RUN printf 'def add(a, b):\\n    return a - b\\n' > /app/calc.py\n"
+)
+SOLVE = "printf 'def add(a, b):\\n    return a + b\\n' > /app/calc.py\necho done > /app/done\n"
+# the tests import the agent's module (as most tests do), in a python of the image
+CHECK_PY = (
+    "import json, subprocess, sys\n"
+    "sys.path.insert(0, '/app')\n"
+    "import calc\n"
+    "ok = calc.add(2, 3) == 5 and open('/app/done').read().strip() == 'done'\n"
+    "print(json.dumps({'ok': ok}))\n"
+    "sys.exit(0 if ok else 1)\n"
+)
+TEST_SH = (
+    "cd /app\n"
+    "if python3 /tests/check.py; then\n"
+    "  echo 1 > /logs/verifier/reward.txt\n"
+    "else\n"
+    "  echo 0 > /logs/verifier/reward.txt\n"
+    "fi\n"
+)
+
+
+def clean_task(root: Path, mode: str) -> Path:
+    task = write_task(
+        root, f"clean-{mode}", DOCKERFILE, test_sh=TEST_SH, solve_sh=SOLVE,
+        tests={"tests/check.py": CHECK_PY},
+    )  # fmt: skip
+    if mode == "shared":
+        text = (task / "task.toml").read_text()
+        (task / "task.toml").write_text(
+            text.replace("[verifier]\n", '[verifier]\nenvironment_mode = "shared"\n')
+        )
+    return task
+
+
+def _call(command: str, n: int) -> Action:
+    return Action(tool_calls=[ToolCall("run", {"command": command, "timeout_sec": 110}, f"c{n}")])
+
+
+async def _episode(path: Path, mode: str, *, oracle: bool = False, script: str = "") -> Any:
+    spec = TerminalEnv(path, images="off" if mode == "host" else "auto")
+    task = spec.tasks()[0]
+    ep = spec.environment(spec)
+    try:
+        await asyncio.wait_for(ep.reset(task), 180)
+        assert ep.state()["sandbox_mode"] == ("host" if mode == "host" else "image")
+        actions = [_call(script, 0)] if script else []
+        actions += (
+            ep.oracle_actions(task)
+            if oracle
+            else [Action(tool_calls=[ToolCall("submit", {}, "s")])]
+        )
+        for action in actions:
+            await asyncio.wait_for(ep.step(action), 180)
+        try:
+            return await asyncio.wait_for(ep.grade(), 180)
+        except Exception as e:  # the outcome under test: GraderFailed scores 0
+            return e
+    finally:
+        await ep.close()
+
+
+def forge_script(*classes: str) -> str:
+    return f"bash -s {' '.join(classes)} <<'ENVLAB_FORGER'\n{FORGER.read_text()}\nENVLAB_FORGER"
+
+
+def assert_scored_0(grade: Any) -> None:
+    assert not isinstance(grade, InfraError), f"the agent's failure became not counted: {grade!r}"
+    if isinstance(grade, Exception):
+        assert isinstance(grade, GraderFailed), repr(grade)
+        return
+    assert grade.total == 0.0, f"forged reward {grade.total} stood: {grade.details}"
+
+
+@pytest.fixture(params=MODES)
+def task(request: pytest.FixtureRequest, tiny_base: str, tmp_path: Path) -> tuple[Path, str]:
+    return clean_task(tmp_path, request.param), request.param
+
+
+def test_the_oracle_scores_1_in_every_mode(task: tuple[Path, str]) -> None:
+    path, mode = task
+    grade = asyncio.run(_episode(path, mode, oracle=True))
+    assert not isinstance(grade, Exception), grade
+    assert grade.total == 1.0, grade.details
+
+
+@pytest.mark.parametrize("attack", CLASSES)
+def test_each_class_of_attack_scores_0(task: tuple[Path, str], attack: str) -> None:
+    path, mode = task
+    assert_scored_0(asyncio.run(_episode(path, mode, script=forge_script(attack))))
+
+
+def test_the_universal_forger_scores_0(task: tuple[Path, str]) -> None:
+    path, mode = task
+    assert_scored_0(asyncio.run(_episode(path, mode, script=forge_script())))
+
+
+def test_the_forger_solving_the_task_too_still_scores_what_the_solution_earns(
+    tiny_base: str, tmp_path: Path
+) -> None:
+    """Control: the attacks are not what makes a grade 0 in the separate mode. An agent that
+    solves the task and plants every attack outside its workspace still scores 1."""
+    path = clean_task(tmp_path, "separate")
+    outside = [c for c in CLASSES if c not in ("workspace", "uv_project")]
+    script = SOLVE + forge_script(*outside)
+    grade = asyncio.run(_episode(path, "separate", script=script))
+    assert not isinstance(grade, Exception), grade
+    assert grade.total == 1.0, grade.details
+
+
+def test_a_shared_grade_that_loads_an_edited_stdlib_module_is_tainted(
+    tiny_base: str, tmp_path: Path
+) -> None:
+    """The tamper evidence names the file: the agent's edited ``json`` ran in the tests."""
+    path = clean_task(tmp_path, "shared")
+    grade = asyncio.run(_episode(path, "shared", script=forge_script("stdlib_edit")))
+    assert isinstance(grade, GraderTainted), repr(grade)
+    assert any(f.endswith("json/__init__.py") for f in grade.details["grader_tainted"])
