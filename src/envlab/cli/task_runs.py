@@ -29,6 +29,8 @@ class EpisodeRow(BaseModel):
     grader_failed: str | None = None
     """Why the grade was invalid twice (the episode then scores 0)."""
     verifier_exit_code: int | None = None
+    verifier_mode: str | None = None
+    """Harbor's verifier mode that graded it (``separate``/``shared``); None: no grade ran."""
     verifier_output_tail: str = ""
     agent_output_tail: str = ""
     """The end of the last tool result the agent saw (the oracle: what solve.sh printed)."""
@@ -49,6 +51,7 @@ class EpisodeRow(BaseModel):
             error=None if e is None else {"kind": e.kind, "phase": e.phase, "message": e.message},
             grader_failed=traj.grader_failed,
             verifier_exit_code=grade.get("verifier_exit_code"),
+            verifier_mode=grade.get("verifier_mode"),
             verifier_output_tail=str(grade.get("verifier_output_tail", "")),
             agent_output_tail=_last_tool_output(traj),
         )
@@ -148,10 +151,38 @@ async def check(
         await oracle.aclose()
         await noop.aclose()
     images = getattr(spec.config, "images", "off")
-    return [
+    rows = [
         await _check_row(folder, oracle_rows, noop_rows, images)
         for folder in find_task_folders(path)
     ]
+    await _suggest_shared(path, rows, sandbox, concurrency)
+    return rows
+
+
+async def _suggest_shared(
+    path: Path, rows: list[CheckRow], sandbox: str | None, concurrency: int
+) -> None:
+    """Where the oracle failed graded ``separate``, run it once graded ``shared``: if it then
+    passes, the task's tests need the agent's system state, and the row says to declare so."""
+    failed = [r for r in rows if any(o.verifier_mode == "separate" and o.reward != 1.0
+                                     for o in r.oracle)]  # fmt: skip
+    if not failed:
+        return
+    spec = open_env(str(path), {"verifier_mode": "shared"}, sandbox)
+    tasks = [t for t in spec.tasks() if t.id in {r.task_id for r in failed}]
+    oracle = open_agent("oracle", {})
+    try:
+        (shared,) = await run_samples(spec, [(oracle, 1)], tasks, concurrency=concurrency)
+    finally:
+        await oracle.aclose()
+    passed = {r.task_id for r in shared if r.status == "ok" and r.reward == 1.0}
+    for row in failed:
+        if row.task_id in passed:
+            row.problems.append(
+                "the oracle fails graded separate but passes graded shared: its tests need the "
+                'agent\'s system state; declare [verifier] environment_mode = "shared" in '
+                "task.toml"
+            )
 
 
 async def _build_notes(folder: TaskFolder, images: str) -> list[str]:
@@ -182,6 +213,8 @@ async def _check_row(
                     f"{who} sample {r.sample}: {r.status}, reward {r.reward} ({r.why()})"
                 )
     notes = [f"task.toml: unknown key {k}" for k in folder.config.unknown_keys()]
+    modes = sorted({r.verifier_mode for r in o + n if r.verifier_mode})
+    notes += [f"verifier mode: {', '.join(modes)}"] if modes else []
     try:
         notes += await _build_notes(folder, images)
     except EnvlabError as e:

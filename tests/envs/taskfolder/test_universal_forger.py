@@ -9,6 +9,7 @@ the oracle scores 1.0 on the same task in the same mode.
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,27 @@ def test_a_shared_grade_that_loads_an_edited_stdlib_module_is_tainted(
     grade = asyncio.run(_episode(path, "shared", script=forge_script("stdlib_edit")))
     assert isinstance(grade, GraderTainted), repr(grade)
     assert any(f.endswith("json/__init__.py") for f in grade.details["grader_tainted"])
+
+
+def test_task_check_says_to_declare_shared_when_the_tests_need_system_state(
+    tiny_base: str, tmp_path: Path
+) -> None:
+    """The oracle writes outside the workspace and the tests read it there: graded separate it
+    fails (nothing outside the workspace is carried); graded shared it passes; ``task check``
+    says which mode graded and to declare ``shared``."""
+    from envlab.cli.task_runs import check
+
+    task = write_task(
+        tmp_path / "tasks", "sysconf", "FROM envlab-test/tiny:1\nWORKDIR /app\n",
+        solve_sh="mkdir -p /etc/app && echo on > /etc/app/mode\n",
+        test_sh="if grep -q on /etc/app/mode; then echo 1 > /logs/verifier/reward.txt; "
+        "else echo 0 > /logs/verifier/reward.txt; fi\n",
+    )  # fmt: skip
+    os.environ["ENVLAB_IMAGES"], old = "auto", os.environ.get("ENVLAB_IMAGES", "off")
+    try:
+        (row,) = asyncio.run(check(task.parent, runs=1, noop_runs=1, concurrency=1))
+    finally:
+        os.environ["ENVLAB_IMAGES"] = old
+    assert not row.ok
+    assert "verifier mode: separate" in row.notes
+    assert any('environment_mode = "shared"' in p for p in row.problems), row.problems

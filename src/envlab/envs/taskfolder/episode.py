@@ -138,7 +138,7 @@ class TerminalEpisode(ToolEnv):
         self.host_reason = host_mode_reason(folder, self.spec.config.images)
         if self.host_reason is None:
             self.image, self.verifier_prep, self.box = await reset_in_image(
-                folder, sandbox_limits(folder)
+                folder, sandbox_limits(folder), self.spec.config.verifier_mode
             )
             return
         try:

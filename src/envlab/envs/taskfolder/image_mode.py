@@ -108,9 +108,12 @@ def compose_notes(folder: TaskFolder) -> list[str]:
     return [f"docker-compose.yaml: {', '.join(ignored)} not honoured (one service: its image runs)"]
 
 
-def shared_verifier(folder: TaskFolder) -> bool:
-    """Whether the task asks for Harbor's shared verifier mode (the tests in the agent's own
-    environment, its processes alive): ``[verifier] environment_mode = "shared"``."""
+def shared_verifier(folder: TaskFolder, forced: str = "task") -> bool:
+    """Whether the task is graded in Harbor's shared verifier mode (the tests in the agent's
+    own environment, its processes alive): ``[verifier] environment_mode = "shared"``, unless
+    ``forced`` (``separate``/``shared``) says otherwise."""
+    if forced != "task":
+        return forced == "shared"
     v = folder.config.verifier
     return (getattr(v, "model_extra", None) or {}).get("environment_mode") == "shared"
 
@@ -129,7 +132,7 @@ async def _shared_box(
 
 
 async def reset_in_image(
-    folder: TaskFolder, limits: Limits
+    folder: TaskFolder, limits: Limits, verifier_mode: str = "task"
 ) -> tuple[Image, VerifierPrep, ImageSandbox]:
     """Build (or find) the image and the verifier's caches; a fresh sandbox over the image.
     A task graded ``shared`` is calibrated first (what its oracle changes, once per image)."""
@@ -137,7 +140,7 @@ async def reset_in_image(
     image = await build_image(folder)
     prep = await prepare_verifier(folder, image)
     try:
-        if shared_verifier(folder):
+        if shared_verifier(folder, verifier_mode):
             await calibrate(folder, image, prep, limits)
             box: ImageSandbox = await _shared_box(folder, image, prep, limits)
         else:

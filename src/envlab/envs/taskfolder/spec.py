@@ -57,6 +57,10 @@ class TerminalConfig(BaseModel):
     """``auto``: a task whose Dockerfile starts ``FROM`` a family envlab can build runs in that
     image (``envs/taskfolder/image_build.py``); the others, and every task with ``off``, run
     in the host-filesystem mode. Default: ``ENVLAB_IMAGES`` (``auto`` when unset)."""
+    verifier_mode: Literal["task", "separate", "shared"] = "task"
+    """Harbor's verifier mode of an image task: ``task`` as its ``task.toml`` says (``separate``
+    unless it declares ``[verifier] environment_mode = "shared"``), or forced for every task
+    (``envlab task check`` tries ``shared`` where the oracle fails ``separate``)."""
 
     @field_validator("path")
     @classmethod
@@ -178,9 +182,11 @@ def _task(f: TaskFolder) -> Task:
 
 @cache
 def _package_digest() -> str:
-    """sha256 of the sources of this package and of the verifier's kit (once per process)."""
+    """sha256 of the sources of this package, of the verifier's kit and of the image runtime
+    (once per process): what grades a task is part of what its results mean."""
     h = hashlib.sha256()
-    for where in (files(__package__), files(__package__) / "kit"):
+    grading = ("envlab.sandbox.verifier_kit", "envlab.sandbox.image")
+    for where in (files(__package__), *(files(p) for p in grading)):
         for entry in sorted(where.iterdir(), key=lambda e: e.name):
             if entry.is_file() and entry.name.endswith((".py", ".sh")):
                 h.update(f"{entry.name}\0".encode() + entry.read_bytes())

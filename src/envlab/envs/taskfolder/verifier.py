@@ -160,6 +160,8 @@ def judge(res: ExecResult, logs: Path, timeout: float) -> Reward:
     report, out = _end_report(res)
     details: dict[str, Any] = {
         "verifier_exit_code": report["exit_code"] if report else None,
+        "sandbox_mode": "host",
+        "verifier_mode": "separate",
         "verifier_duration_s": round(res.duration_s, 3),
         "verifier_output_tail": (out[-2000:] + res.stderr[-2000:]).strip(),
     }
