@@ -1,4 +1,7 @@
 #!/bin/bash
+# the test runner: the image's, else installed as Terminal-Bench's scripts do (envlab grades
+# offline: the wheel is fetched when the image is built)
+python3 -m pytest --version >/dev/null 2>&1 || python3 -m pip install -q pytest==8.3.4
 python3 -m pytest -q /tests/test_merge.py
 ok=$?
 # the code under test ran in here (in child processes): whatever it left in /logs/verifier

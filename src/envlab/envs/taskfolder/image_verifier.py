@@ -360,11 +360,12 @@ def judge_image(
     needs = offline.read_needs_network(report / "needs-network.txt")
     why = _invalid(ended, res, unfinished)
     total: float | None = None
+    read_error = ""
     if not why and not res.timed_out and not needs:
         try:
             total, components = read_reward_files(logs)
         except GraderFailed as e:
-            why = str(e)
+            read_error = str(e)
     if not why and not needs and (total is None or total <= 0):
         # a fetch that went past the shims (pip, uv, a library in the tests) and failed: a
         # grade stands only where the tests passed anyway
@@ -381,6 +382,7 @@ def judge_image(
         why = f"the verifier needs {', '.join(missing)}, not installed in the image"
     elif not why and total is not None:
         return Reward(total=total, components=components, details=details)
+    why = why or read_error
     tail = str(details["verifier_output_tail"])[-1500:]
     raise GraderFailed(
         f"{why} (test.sh exit code {details['verifier_exit_code']}). Output tail:\n{tail}",
