@@ -1,0 +1,71 @@
+"""The examples in the mode users get by default where images build: each Dockerfile built
+into an image from a real mmdebstrap base (Debian's and Ubuntu's archives), graded ``separate``.
+Oracle 1.0, no-op 0.0, and the universal forging agent 0.0 with nothing excluded, on every
+example. Slow (bases are built once per cache, from the network): run in CI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envlab.cli.eval_cmd import open_agent
+from envlab.cli.task_runs import check, run_samples
+from envlab.envs.taskfolder.spec import TerminalEnv
+from tests.envs.taskfolder import image_support
+from tests.envs.taskfolder.conftest import EXAMPLES
+from tests.envs.taskfolder.image_support import needs_image_host
+
+image_cache = image_support.image_cache
+FORGER = Path(__file__).parent / "attacks" / "universal_forger.sh"
+IMAGE_EXAMPLES = {"csv-aggregate", "env-settings", "fix-bug-pytest", "hello-file",
+                  "json-transform", "sqlite-report", "textstats-pytest"}  # fmt: skip
+"""Their FROM is a base envlab builds (alpine and no Dockerfile run on the host)."""
+
+pytestmark = [
+    pytest.mark.slow,
+    needs_image_host,
+    pytest.mark.skipif(shutil.which("mmdebstrap") is None, reason="needs mmdebstrap (Debian)"),
+    pytest.mark.filterwarnings("ignore:.*FROM.*is not met:RuntimeWarning"),
+]
+
+
+@pytest.fixture
+def images_on(image_cache: Path) -> Iterator[None]:
+    old = os.environ.get("ENVLAB_IMAGES")
+    os.environ["ENVLAB_IMAGES"] = "auto"
+    try:
+        yield
+    finally:
+        os.environ["ENVLAB_IMAGES"] = old or "off"
+
+
+@pytest.mark.timeout(1800)
+async def test_examples_in_image_mode_keep_their_contract(images_on: None) -> None:
+    rows = await check(EXAMPLES, runs=2, noop_runs=1, concurrency=2)
+    imaged = {r.task_id for r in rows if "mode: image" in r.notes}
+    assert imaged == IMAGE_EXAMPLES, imaged
+    for row in rows:
+        assert row.ok, (row.task_id, row.problems)
+        assert "verifier mode: separate" in row.notes, (row.task_id, row.notes)
+
+
+@pytest.mark.timeout(1800)
+async def test_the_universal_forger_scores_0_on_every_example_in_image_mode(
+    images_on: None,
+) -> None:
+    spec = TerminalEnv(EXAMPLES)
+    forger = open_agent(f"shell:{FORGER}", {})
+    try:
+        (rows,) = await run_samples(
+            spec, [(forger, 1)], list(spec.tasks()), concurrency=2, max_retries=0
+        )
+    finally:
+        await forger.aclose()
+    assert len(rows) == len(list(spec.tasks()))
+    for row in rows:
+        assert row.status == "ok", (row.task_id, row.status, row.error)
+        assert row.reward == 0.0, (row.task_id, row.reward, row.verifier_output_tail)
