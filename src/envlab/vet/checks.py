@@ -287,8 +287,11 @@ def check_verifier_health(ev: TaskEvidence) -> CheckResult:
         return result(
             "verifier_health", "warn",
             f"graded {len(graded)}/{len(trajs)} honest episodes, in Harbor's shared mode: the "
-            "tests run in the agent's environment with its processes alive, so one of them "
-            "could rewrite the reward after test.sh",
+            "tests run in the agent's filesystem with its processes alive. Tamper evidence "
+            "makes a grade that read or ran a file the agent changed outside what the oracle "
+            "changes grader_tainted (0), but a process of the agent could still race the "
+            "reward file while test.sh runs; declare separate unless the tests need the "
+            "agent's system state",
         )  # fmt: skip
     return result("verifier_health", "pass", f"graded {len(graded)}/{len(trajs)} honest episodes")
 
