@@ -60,11 +60,11 @@ async def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="envlab-bench-image-"))
     if args.fresh_base:
         os.environ["ENVLAB_CACHE_DIR"] = str(work / "cache")
-    from envlab.envs.taskfolder.image_build import build_image
     from envlab.envs.taskfolder.model import load_task_folder
     from envlab.sandbox import BubblewrapSandbox, Limits
     from envlab.sandbox.image.bases import ensure_base
     from envlab.sandbox.image.sandbox import ImageSandbox
+    from envlab.sandbox.tasks.image_build import build_image
 
     t0 = time.perf_counter()
     base = await asyncio.to_thread(ensure_base, args.base)

@@ -26,9 +26,9 @@ class BuildRow(BaseModel):
 
 async def build_one(folder: Any, images: str, quiet: bool) -> BuildRow:
     from envlab.core.errors import EnvlabError
-    from envlab.envs.taskfolder.image_build import build_image
-    from envlab.envs.taskfolder.image_mode import compose_notes, host_mode_reason
-    from envlab.envs.taskfolder.image_verifier import prepare_verifier
+    from envlab.sandbox.tasks.image import compose_notes, host_mode_reason
+    from envlab.sandbox.tasks.image_build import build_image
+    from envlab.sandbox.tasks.image_verifier import prepare_verifier
 
     t0 = time.monotonic()
     reason = host_mode_reason(folder, images)

@@ -187,9 +187,9 @@ async def _suggest_shared(
 
 async def _build_notes(folder: TaskFolder, images: str) -> list[str]:
     """Which mode the task ran in, and where its build differs from Docker's (cached builds)."""
-    from envlab.envs.taskfolder import prepare_workspace
-    from envlab.envs.taskfolder.image_build import build_image
-    from envlab.envs.taskfolder.image_mode import compose_notes, host_mode_reason
+    from envlab.sandbox.tasks import prepare_workspace
+    from envlab.sandbox.tasks.image import compose_notes, host_mode_reason
+    from envlab.sandbox.tasks.image_build import build_image
 
     reason = host_mode_reason(folder, images)
     if reason is None:

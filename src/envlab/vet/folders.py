@@ -86,8 +86,9 @@ def task_folder(task: Task) -> Path | None:
 async def folder_context(task: Task) -> FolderContext:
     """What vet reads of a task folder: its tests, its solution, its environment variables and
     its prepared workspace (from the build cache, or built now, as an episode does)."""
-    from envlab.envs.taskfolder import load_task_folder, prepare_workspace
-    from envlab.envs.taskfolder.image_mode import shared_verifier
+    from envlab.envs.taskfolder import load_task_folder
+    from envlab.sandbox.tasks import prepare_workspace
+    from envlab.sandbox.tasks.image import shared_verifier
 
     path = task_folder(task)
     if path is None:

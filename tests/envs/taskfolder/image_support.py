@@ -28,10 +28,10 @@ from typing import Any
 
 import pytest
 
-from envlab.envs.taskfolder.image_build import build_image
 from envlab.envs.taskfolder.model import load_task_folder
 from envlab.sandbox import Limits
 from envlab.sandbox.image.store import Image
+from envlab.sandbox.tasks.image_build import build_image
 
 TINY = "envlab-test/tiny:1"
 LIMITS = Limits(memory_bytes=1 << 30)

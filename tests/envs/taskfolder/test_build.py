@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from envlab.envs.taskfolder import DockerfileError, load_task_folder, prepare_workspace
+from envlab.envs.taskfolder import load_task_folder
+from envlab.sandbox.tasks import DockerfileError, prepare_workspace
 from tests.envs.taskfolder.conftest import make_task, write
 from tests.sandbox.conftest import requires_bwrap
 
@@ -86,7 +87,7 @@ async def test_an_unmet_from_is_said_once_per_run_per_image(tmp_path: Path) -> N
     """Forty tasks on one base image give one warning, not forty; a cached build says it too."""
     import warnings
 
-    from envlab.envs.taskfolder import build
+    from envlab.sandbox.tasks import host_build as build
 
     image = f"python:3.11-once-{tmp_path.name}"
     paths = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envlab.envs.taskfolder.dockerfile import (
+from envlab.sandbox.tasks.dockerfile import (
     Copy,
     DockerfileError,
     Run,

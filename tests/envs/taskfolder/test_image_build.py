@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from envlab.core.errors import ConfigError
-from envlab.envs.taskfolder.dockerfile import DockerfileError
-from envlab.envs.taskfolder.image_mode import host_mode_reason
 from envlab.envs.taskfolder.model import load_task_folder
 from envlab.sandbox.image.bases import recipe_for
 from envlab.sandbox.image.sandbox import ImageSandbox
 from envlab.sandbox.image.store import Image
+from envlab.sandbox.tasks.dockerfile import DockerfileError
+from envlab.sandbox.tasks.image import host_mode_reason
 from tests.envs.taskfolder import image_support
 from tests.envs.taskfolder.image_support import (
     LIMITS,

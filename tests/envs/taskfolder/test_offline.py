@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from envlab.core.errors import ConfigError
-from envlab.envs.taskfolder.offline import (
+from envlab.sandbox.tasks.offline import (
     OfflineCacheError,
     fetch_uv,
     offline_env,
@@ -26,7 +26,7 @@ from envlab.envs.taskfolder.offline import (
     wheel_platform,
     write_offline_kit,
 )
-from envlab.envs.taskfolder.offline_scan import scan_needs
+from envlab.sandbox.tasks.offline_scan import scan_needs
 
 UV_URL = "https://astral.sh/uv/0.7.13/install.sh"
 

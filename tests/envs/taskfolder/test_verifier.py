@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from envlab.core import GraderFailed, Status
-from envlab.envs.taskfolder import judge, read_reward_files
 from envlab.rollout import EpisodeConfig
 from envlab.sandbox import ExecResult
+from envlab.sandbox.tasks import judge, read_reward_files
 from envlab.sandbox.verifier_kit import END
 from tests.envs.taskfolder.conftest import episode, make_task
 from tests.sandbox.conftest import requires_bwrap
@@ -160,25 +160,18 @@ async def test_a_declared_reward_range_is_normalised(tmp_path: Path) -> None:
 async def test_the_verifier_phase_has_its_own_network_policy(
     tmp_path: Path, mode: str, reached: float
 ) -> None:
-    """Harbor 0.25: ``[verifier] network_mode`` overrides ``[environment]`` for grading."""
-    import socket
-
-    server = socket.create_server(("127.0.0.1", 0))
-    port = server.getsockname()[1]
-    try:
-        probe = (
-            'python3 -c \'import socket; socket.create_connection(("127.0.0.1", '
-            f"{port}), timeout=3)' && echo 1 > /logs/verifier/reward.txt "
-            "|| echo 0 > /logs/verifier/reward.txt\n"
-        )
-        path = make_task(tmp_path, test_sh=probe)
-        (path / "task.toml").write_text(
-            '[environment]\nnetwork_mode = "no-network"\n'
-            f'[verifier]\ntimeout_sec = 30\nnetwork_mode = "{mode}"\n'
-        )
-        traj = await episode(path, "noop")
-    finally:
-        server.close()
+    """Harbor 0.25: ``[verifier] network_mode`` overrides ``[environment]`` for grading (public:
+    an interface of the network stack besides loopback; tests/sandbox/test_network.py)."""
+    probe = (
+        "[ $(wc -l < /proc/net/dev) -gt 3 ] && echo 1 > /logs/verifier/reward.txt "
+        "|| echo 0 > /logs/verifier/reward.txt\n"
+    )
+    path = make_task(tmp_path, test_sh=probe)
+    (path / "task.toml").write_text(
+        '[environment]\nnetwork_mode = "no-network"\n'
+        f'[verifier]\ntimeout_sec = 30\nnetwork_mode = "{mode}"\n'
+    )
+    traj = await episode(path, "noop")
     assert traj.status is Status.OK and traj.reward == reached, traj.grader_failed
 
 

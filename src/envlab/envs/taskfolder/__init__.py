@@ -1,8 +1,7 @@
 """Task folders (the Harbor format) as environments: ``TerminalEnv`` (the spec) makes a
-``TerminalEpisode`` per episode; build, sandbox, tools, verifier."""
+``TerminalEpisode`` per episode. The folder format (``task.toml``, reading a folder) is here;
+how a task's workspace is built and graded is the sandbox layer's (``envlab.sandbox.tasks``)."""
 
-from envlab.envs.taskfolder.build import PreparedWorkspace, prepare_workspace
-from envlab.envs.taskfolder.dockerfile import BuildPlan, DockerfileError, parse_dockerfile
 from envlab.envs.taskfolder.episode import TerminalEpisode
 from envlab.envs.taskfolder.model import (
     TaskConfig,
@@ -11,14 +10,9 @@ from envlab.envs.taskfolder.model import (
     is_task_folder,
     load_task_folder,
 )
-from envlab.envs.taskfolder.reward_file import read_reward_files
 from envlab.envs.taskfolder.spec import TerminalConfig, TerminalEnv, load_task_env
-from envlab.envs.taskfolder.verifier import judge, run_verifier
 
 __all__ = [
-    "BuildPlan",
-    "DockerfileError",
-    "PreparedWorkspace",
     "TaskConfig",
     "TaskFolder",
     "TerminalConfig",
@@ -26,11 +20,6 @@ __all__ = [
     "TerminalEpisode",
     "find_task_folders",
     "is_task_folder",
-    "judge",
     "load_task_env",
     "load_task_folder",
-    "parse_dockerfile",
-    "prepare_workspace",
-    "read_reward_files",
-    "run_verifier",
 ]

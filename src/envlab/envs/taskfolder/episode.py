@@ -25,11 +25,7 @@ from envlab.core import (
     ToolResult,
     tool,
 )
-from envlab.envs.taskfolder.build import PreparedWorkspace, prepare_workspace
-from envlab.envs.taskfolder.image_mode import grade_in_image, host_mode_reason, reset_in_image
-from envlab.envs.taskfolder.image_verifier import VerifierPrep
 from envlab.envs.taskfolder.model import TaskFolder
-from envlab.envs.taskfolder.verifier import run_verifier
 from envlab.sandbox import (
     ExecResult,
     Limits,
@@ -42,6 +38,10 @@ from envlab.sandbox import (
     scratch_dir,
     scrub_tree,
 )
+from envlab.sandbox.tasks.host_build import PreparedWorkspace, prepare_workspace
+from envlab.sandbox.tasks.host_verifier import run_verifier
+from envlab.sandbox.tasks.image import grade_in_image, host_mode_reason, reset_in_image
+from envlab.sandbox.tasks.image_verifier import VerifierPrep
 
 if TYPE_CHECKING:
     from envlab.envs.taskfolder.spec import TerminalEnv

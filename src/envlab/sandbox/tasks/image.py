@@ -18,25 +18,25 @@ from pathlib import Path
 
 from envlab.core.errors import ConfigError, GraderFailed, GraderTainted
 from envlab.core.rubric import Reward
-from envlab.envs.taskfolder import offline
-from envlab.envs.taskfolder.dockerfile_stages import CopyStep, parse_stages
-from envlab.envs.taskfolder.image_build import build_image
-from envlab.envs.taskfolder.image_verifier import (
-    VerifierPrep,
-    prepare_verifier,
-    run_image_verifier,
-    run_shared_verifier,
-)
-from envlab.envs.taskfolder.model import TaskFolder
 from envlab.sandbox import Limits, Mount, SandboxError, verifier_kit
 from envlab.sandbox.image import tamper
 from envlab.sandbox.image.bases import recipe_for, registered
 from envlab.sandbox.image.persistent import SharedImageSandbox
 from envlab.sandbox.image.sandbox import ImageSandbox
 from envlab.sandbox.image.store import Image, alocked, content_key, images_root
+from envlab.sandbox.tasks import offline
+from envlab.sandbox.tasks.dockerfile_stages import CopyStep, parse_stages
+from envlab.sandbox.tasks.image_build import build_image
+from envlab.sandbox.tasks.image_verifier import (
+    VerifierPrep,
+    prepare_verifier,
+    run_image_verifier,
+    run_shared_verifier,
+)
+from envlab.sandbox.tasks.source import TaskSource
 
 
-def host_mode_reason(folder: TaskFolder, setting: str) -> str | None:
+def host_mode_reason(folder: TaskSource, setting: str) -> str | None:
     """None when ``folder`` runs in its image; else why it runs on the host's filesystem."""
     if setting == "off":
         if folder.dockerfile is None and folder.config.environment.docker_image:
@@ -78,7 +78,7 @@ def host_mode_reason(folder: TaskFolder, setting: str) -> str | None:
     return None
 
 
-def compose_notes(folder: TaskFolder) -> list[str]:
+def compose_notes(folder: TaskSource) -> list[str]:
     """What a task's ``environment/docker-compose.yaml`` asks that envlab does not do. Sidecar
     services (more than one) are refused: ``ConfigError`` naming them."""
     path = folder.environment_dir / "docker-compose.yaml"
@@ -108,7 +108,7 @@ def compose_notes(folder: TaskFolder) -> list[str]:
     return [f"docker-compose.yaml: {', '.join(ignored)} not honoured (one service: its image runs)"]
 
 
-def shared_verifier(folder: TaskFolder, forced: str = "task") -> bool:
+def shared_verifier(folder: TaskSource, forced: str = "task") -> bool:
     """Whether the task is graded in Harbor's shared verifier mode (the tests in the agent's
     own environment, its processes alive): ``[verifier] environment_mode = "shared"``, unless
     ``forced`` (``separate``/``shared``) says otherwise."""
@@ -119,7 +119,7 @@ def shared_verifier(folder: TaskFolder, forced: str = "task") -> bool:
 
 
 async def _shared_box(
-    folder: TaskFolder, image: Image, prep: VerifierPrep, limits: Limits
+    folder: TaskSource, image: Image, prep: VerifierPrep, limits: Limits
 ) -> SharedImageSandbox:
     """A shared sandbox of the task: the verifier's caches and kit are there from the start."""
     kit = await asyncio.to_thread(verifier_kit.image_kit_dir)
@@ -132,7 +132,7 @@ async def _shared_box(
 
 
 async def reset_in_image(
-    folder: TaskFolder, limits: Limits, verifier_mode: str = "task"
+    folder: TaskSource, limits: Limits, verifier_mode: str = "task"
 ) -> tuple[Image, VerifierPrep, ImageSandbox]:
     """Build (or find) the image and the verifier's caches; a fresh sandbox over the image.
     A task graded ``shared`` is calibrated first (what its oracle changes, once per image)."""
@@ -154,7 +154,7 @@ async def reset_in_image(
 
 
 async def calibrate(
-    folder: TaskFolder, image: Image, prep: VerifierPrep, limits: Limits
+    folder: TaskSource, image: Image, prep: VerifierPrep, limits: Limits
 ) -> tamper.Expected:
     """What the task expects an agent to change: what its oracle's ``solve.sh`` changed in a
     shared sandbox of the image (run once per image and solution, then cached). No solution:
@@ -198,7 +198,7 @@ def _tree_digest(root: Path) -> str:
 
 
 async def grade_in_image(
-    folder: TaskFolder, image: Image, box: ImageSandbox, prep: VerifierPrep
+    folder: TaskSource, image: Image, box: ImageSandbox, prep: VerifierPrep
 ) -> Reward:
     """``separate``: the tests in a fresh sandbox of the pristine image with the agent's
     workspace carried (its processes killed first). ``shared``: in the agent's own sandbox,
@@ -222,7 +222,7 @@ async def grade_in_image(
 
 
 async def _grade_shared(
-    folder: TaskFolder, image: Image, box: SharedImageSandbox, prep: VerifierPrep
+    folder: TaskSource, image: Image, box: SharedImageSandbox, prep: VerifierPrep
 ) -> Reward:
     """The shared grade, tainted (``GraderTainted``) when the tests read or ran a file of the
     agent's layer that the task does not expect it to change."""

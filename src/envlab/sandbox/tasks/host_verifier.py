@@ -26,12 +26,12 @@ from typing import Any
 
 from envlab.core.errors import GraderFailed, InfraError
 from envlab.core.rubric import Reward
-from envlab.envs.taskfolder.build import PreparedWorkspace
-from envlab.envs.taskfolder.model import TaskFolder
-from envlab.envs.taskfolder.reward_file import read_reward_files
 from envlab.sandbox import BubblewrapSandbox, ExecResult, Limits, Mount, scratch_dir
 from envlab.sandbox import verifier_kit as kit
 from envlab.sandbox.layout import host_layout
+from envlab.sandbox.tasks.host_build import PreparedWorkspace
+from envlab.sandbox.tasks.reward_file import read_reward_files
+from envlab.sandbox.tasks.source import TaskSource
 from envlab.sandbox.workspace import state_dir
 
 LOGS = "/logs/verifier"
@@ -59,7 +59,7 @@ _GIT_SAFE = {
 }
 
 
-def verifier_env(task: TaskFolder, prepared: PreparedWorkspace) -> dict[str, str]:
+def verifier_env(task: TaskSource, prepared: PreparedWorkspace) -> dict[str, str]:
     task_env = {**prepared.env, **task.config.environment.env, **task.config.verifier.env}
     clean = {
         k: v for k, v in task_env.items() if k not in _DENY_EXACT and not k.startswith(_DENY_PREFIX)
@@ -82,7 +82,7 @@ def verifier_env(task: TaskFolder, prepared: PreparedWorkspace) -> dict[str, str
 
 
 async def run_verifier(
-    task: TaskFolder,
+    task: TaskSource,
     workspace: Path,
     prepared: PreparedWorkspace,
     *,

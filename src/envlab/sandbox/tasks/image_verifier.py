@@ -24,10 +24,6 @@ from typing import Any
 
 from envlab.core.errors import GraderFailed, InfraError
 from envlab.core.rubric import Reward
-from envlab.envs.taskfolder import offline
-from envlab.envs.taskfolder.model import TaskFolder
-from envlab.envs.taskfolder.reward_file import read_reward_files, read_small
-from envlab.envs.taskfolder.verifier import _HOST_ERRNOS, LOGS
 from envlab.sandbox import ExecResult, Limits, Mount, verifier_kit
 from envlab.sandbox.image.carry import ARTIFACTS, carry
 from envlab.sandbox.image.runner import host_network_trust
@@ -44,6 +40,10 @@ from envlab.sandbox.image.store import (
     remove_tree,
     scratch,
 )
+from envlab.sandbox.tasks import offline
+from envlab.sandbox.tasks.host_verifier import _HOST_ERRNOS, LOGS
+from envlab.sandbox.tasks.reward_file import read_reward_files, read_small
+from envlab.sandbox.tasks.source import TaskSource
 
 OFFLINE_VERSION = "3"
 WHEELS = "/var/cache/envlab/wheels"
@@ -59,7 +59,7 @@ class VerifierPrep:
         self.layer, self.kit, self.needs = layer, kit, needs
 
 
-async def prepare_verifier(task: TaskFolder, image: Image) -> VerifierPrep:
+async def prepare_verifier(task: TaskSource, image: Image) -> VerifierPrep:
     """Scan the tests for what they fetch, fetch it (uv from PyPI, the rest inside the image
     with the network) into a cached layer, and write the offline kit."""
     needs = await asyncio.to_thread(offline.scan_needs, task.tests_dir, task.tests_dir / "test.sh")
@@ -100,7 +100,7 @@ def _write_kit(root: Path, needs: offline.VerifierNeeds) -> None:
 
 
 async def _warm(
-    task: TaskFolder, image: Image, needs: offline.VerifierNeeds, kit: Path, final: Path, key: str
+    task: TaskSource, image: Image, needs: offline.VerifierNeeds, kit: Path, final: Path, key: str
 ) -> None:
     async with alocked(f"verifier-{key}"):
         if (final / META).exists():
@@ -168,7 +168,7 @@ def mountpoints() -> Path:
     return layer
 
 
-def verifier_image_env(task: TaskFolder, image: Image) -> dict[str, str]:
+def verifier_image_env(task: TaskSource, image: Image) -> dict[str, str]:
     env = {**image.config.env, **task.config.environment.env, **task.config.verifier.env}
     env.update(offline.offline_env())
     env["PATH"] = offline.offline_path(env.get("PATH", "/usr/local/bin:/usr/bin:/bin"))
@@ -191,7 +191,7 @@ def workspace_of(image: Image) -> str:
 
 
 async def run_image_verifier(
-    task: TaskFolder,
+    task: TaskSource,
     image: Image,
     agent_layer: Path,
     prep: VerifierPrep,
@@ -273,7 +273,7 @@ def offline_misses(output: str) -> list[str]:
     return found[:20]
 
 
-async def run_shared_verifier(task: TaskFolder, image: Image, box: Any) -> Reward:
+async def run_shared_verifier(task: TaskSource, image: Image, box: Any) -> Reward:
     """Harbor's shared mode: ``tests/test.sh`` in the agent's own sandbox, whose processes are
     alive (``SharedImageSandbox``): the pristine tests copied in, the logs wiped first."""
     timeout = task.config.verifier.timeout_sec

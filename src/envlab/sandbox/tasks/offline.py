@@ -4,7 +4,7 @@ Terminal-Bench test scripts bootstrap uv (``curl -LsSf https://astral.sh/uv/0.7.
 sh``), then ``uv add pytest==8.4.1`` or ``pip install ...``; envlab grades with the network off.
 The pieces, used by the image builder:
 
-- :func:`~envlab.envs.taskfolder.offline_scan.scan_needs`: what the scripts fetch.
+- :func:`~envlab.sandbox.tasks.offline_scan.scan_needs`: what the scripts fetch.
 - :func:`fetch_uv`: uv and uvx of a version, from PyPI's ``uv`` wheel (or the installed ``uv``
   package), cached under ``cache/uv/<version>/``.
 - :func:`write_offline_kit`: the kit mounted read-only at ``/opt/envlab/offline`` in the image:
@@ -33,9 +33,9 @@ import zipfile
 from pathlib import Path
 
 from envlab.core.errors import ConfigError, InfraError
-from envlab.envs.taskfolder.offline_scan import Install, VerifierNeeds, scan_needs
-from envlab.envs.taskfolder.offline_shims import UV_INSTALLER as UV_INSTALLER_SH
-from envlab.envs.taskfolder.offline_shims import render_fetch_shim, render_uv_fallback
+from envlab.sandbox.tasks.offline_scan import Install, VerifierNeeds, scan_needs
+from envlab.sandbox.tasks.offline_shims import UV_INSTALLER as UV_INSTALLER_SH
+from envlab.sandbox.tasks.offline_shims import render_fetch_shim, render_uv_fallback
 
 MOUNT = "/opt/envlab/offline"
 _VERSION = re.compile(r"[0-9][A-Za-z0-9.+-]*")

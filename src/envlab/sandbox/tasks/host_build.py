@@ -25,7 +25,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from envlab.envs.taskfolder.dockerfile import (
+from envlab.sandbox import BubblewrapSandbox, Limits, Sandbox
+from envlab.sandbox.tasks.dockerfile import (
     APP,
     BuildPlan,
     Copy,
@@ -33,8 +34,7 @@ from envlab.envs.taskfolder.dockerfile import (
     Run,
     parse_dockerfile,
 )
-from envlab.envs.taskfolder.model import TaskFolder
-from envlab.sandbox import BubblewrapSandbox, Limits, Sandbox
+from envlab.sandbox.tasks.source import TaskSource
 from envlab.sandbox.workspace import chown_tree
 
 BUILDER_VERSION = "2"
@@ -67,7 +67,7 @@ def cache_root() -> Path:
     return root
 
 
-def build_key(task: TaskFolder) -> str:
+def build_key(task: TaskSource) -> str:
     """Name of the cached build: what the build depends on, hashed."""
     env = task.config.environment.model_dump(mode="json")
     what = json.dumps([BUILDER_VERSION, sys.version, env], sort_keys=True)
@@ -75,7 +75,7 @@ def build_key(task: TaskFolder) -> str:
     return f"{task.name}-{digest[:16]}"
 
 
-def plan_for(task: TaskFolder) -> BuildPlan:
+def plan_for(task: TaskSource) -> BuildPlan:
     """The build plan: the Dockerfile's, or 'copy environment/ and run setup.sh'."""
     if task.dockerfile is not None:
         return parse_dockerfile(
@@ -93,7 +93,7 @@ def plan_for(task: TaskFolder) -> BuildPlan:
     return plan
 
 
-async def prepare_workspace(task: TaskFolder) -> PreparedWorkspace:
+async def prepare_workspace(task: TaskSource) -> PreparedWorkspace:
     """The task's built workspace, from the cache or built now (once, even when asked at once).
     Every file operation runs in a worker thread, never on the event loop."""
     key, prepared = await asyncio.to_thread(_cached, task)
@@ -122,7 +122,7 @@ _warned_bases: set[str] = set()
 """Base images already warned about in this process: one line per image per run."""
 
 
-def _warn_unmet_base(image: str | None, task: TaskFolder) -> None:
+def _warn_unmet_base(image: str | None, task: TaskSource) -> None:
     """Say once per run, per image, that a ``FROM`` is not met (built or from the cache)."""
     if image is None or image in _warned_bases:
         return
@@ -135,7 +135,7 @@ def _warn_unmet_base(image: str | None, task: TaskFolder) -> None:
     )
 
 
-def _cached(task: TaskFolder) -> tuple[str, PreparedWorkspace | None]:
+def _cached(task: TaskSource) -> tuple[str, PreparedWorkspace | None]:
     """The build key of ``task`` and its build, if the cache has it."""
     key = build_key(task)
     meta = cache_root() / key / "build.json"
@@ -188,7 +188,7 @@ def workspace_digest(root: Path, *, max_file_bytes: int = 16 << 20) -> str:
     return h.hexdigest()[:16]
 
 
-async def _execute(task: TaskFolder, plan: BuildPlan, app: Path) -> None:
+async def _execute(task: TaskSource, plan: BuildPlan, app: Path) -> None:
     cfg = task.config.environment
     deadline = time.monotonic() + cfg.build_timeout_sec
     box = await BubblewrapSandbox.create(
@@ -215,7 +215,7 @@ async def _execute(task: TaskFolder, plan: BuildPlan, app: Path) -> None:
         await box.close()
 
 
-async def _run(box: Sandbox, task: TaskFolder, step: Run, timeout: float) -> None:
+async def _run(box: Sandbox, task: TaskSource, step: Run, timeout: float) -> None:
     res = await box.exec(list(step.argv), cwd=step.workdir, env=dict(step.env), timeout=timeout)
     if res.ok:
         return
@@ -230,7 +230,7 @@ async def _run(box: Sandbox, task: TaskFolder, step: Run, timeout: float) -> Non
     )
 
 
-def _source(task: TaskFolder) -> str:
+def _source(task: TaskSource) -> str:
     return str((task.dockerfile or task.environment_dir).relative_to(task.path.parent))
 
 
@@ -246,7 +246,7 @@ def _ignored(rel: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatch(rel, p) or rel.startswith(p + "/") for p in patterns)
 
 
-async def _copy(box: Sandbox, task: TaskFolder, step: Copy, ignore: list[str]) -> None:
+async def _copy(box: Sandbox, task: TaskSource, step: Copy, ignore: list[str]) -> None:
     where = f"{_source(task)}:{step.line}" if step.line else _source(task)
     archive, script, target = await asyncio.to_thread(_copy_archive, task, step, ignore, where)
     _, res = await box.exec_bytes(["sh", "-c", script], stdin=archive, timeout=300)
@@ -255,7 +255,7 @@ async def _copy(box: Sandbox, task: TaskFolder, step: Copy, ignore: list[str]) -
 
 
 def _copy_archive(
-    task: TaskFolder, step: Copy, ignore: list[str], where: str
+    task: TaskSource, step: Copy, ignore: list[str], where: str
 ) -> tuple[bytes, str, str]:
     """The tar archive of a ``COPY``'s sources, the script that unpacks it, and its target."""
     context = task.environment_dir.resolve()

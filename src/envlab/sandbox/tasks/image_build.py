@@ -22,17 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from envlab.core.errors import ConfigError
-from envlab.envs.taskfolder.build import _copy_archive, _dockerignore, _ignored
-from envlab.envs.taskfolder.dockerfile import DockerfileError
-from envlab.envs.taskfolder.dockerfile_stages import (
-    CopyStep,
-    RunStep,
-    Stage,
-    Step,
-    WorkdirStep,
-    parse_stages,
-)
-from envlab.envs.taskfolder.model import TaskFolder
 from envlab.sandbox.image.bases import ensure_base, recipe_for
 from envlab.sandbox.image.sandbox import ImageSandbox
 from envlab.sandbox.image.store import (
@@ -48,6 +37,17 @@ from envlab.sandbox.image.store import (
     tree_bytes,
 )
 from envlab.sandbox.limits import Limits
+from envlab.sandbox.tasks.dockerfile import DockerfileError
+from envlab.sandbox.tasks.dockerfile_stages import (
+    CopyStep,
+    RunStep,
+    Stage,
+    Step,
+    WorkdirStep,
+    parse_stages,
+)
+from envlab.sandbox.tasks.host_build import _copy_archive, _dockerignore, _ignored
+from envlab.sandbox.tasks.source import TaskSource
 
 BUILDER_VERSION = "1"
 Progress = Callable[[str, bool, float], None]
@@ -58,7 +58,7 @@ def _quiet(_what: str, _cached: bool, _s: float) -> None:
     pass
 
 
-async def build_image(task: TaskFolder, *, progress: Progress = _quiet) -> Image:
+async def build_image(task: TaskSource, *, progress: Progress = _quiet) -> Image:
     """The image of ``task``'s Dockerfile (every layer built or found in the cache)."""
     dockerfile, prebuilt = task.dockerfile, task.config.environment.docker_image
     if dockerfile is None and not prebuilt:
@@ -102,7 +102,7 @@ def _needed(stages: list[Stage]) -> set[int]:
 
 class _Builder:
     def __init__(
-        self, task: TaskFolder, source: str, deadline: float, progress: Progress, memory: int
+        self, task: TaskSource, source: str, deadline: float, progress: Progress, memory: int
     ) -> None:
         self.task, self.source, self.deadline, self.progress = task, source, deadline, progress
         self.memory = memory

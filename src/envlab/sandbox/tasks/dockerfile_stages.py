@@ -16,7 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from envlab.envs.taskfolder.dockerfile import (
+from envlab.sandbox.image.runner import DEFAULT_PATH
+from envlab.sandbox.image.store import ImageConfig
+from envlab.sandbox.tasks.dockerfile import (
     Copy,
     DockerfileError,
     _env_pairs,
@@ -24,8 +26,6 @@ from envlab.envs.taskfolder.dockerfile import (
     absolute,
     substitute,
 )
-from envlab.sandbox.image.runner import DEFAULT_PATH
-from envlab.sandbox.image.store import ImageConfig
 
 _HEREDOC = re.compile(r"<<(-?)([\"']?)([A-Za-z_][A-Za-z0-9_]*)\2")
 _RECORDED = {"LABEL", "MAINTAINER", "HEALTHCHECK", "STOPSIGNAL", "VOLUME"}

@@ -4,7 +4,7 @@
 the way a shell would split them (continuations joined, heredoc bodies skipped, commands split
 on ``&& ; | || &``), follows ``source``/``bash`` of a script in ``tests/`` where it is called, and
 lists uv installers, ``uv``/``uvx``/``pip`` requirements, apt packages and the other URLs. It
-reads only; nothing is run. The result drives :func:`envlab.envs.taskfolder.offline.warmup_script`.
+reads only; nothing is run. The result drives :func:`envlab.sandbox.tasks.offline.warmup_script`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,25 @@
+"""The task runtime: a task's workspace built once (on the host's filesystem, or as an image
+from its Dockerfile), a fresh sandbox per episode, and its verifier, run after the agent.
+
+One protocol, ``TaskRuntime`` (``runtime.py``), two implementations: ``HostRuntime``
+(``host.py``) and ``ImageRuntime`` (``image.py``). The runtime reads a task through
+``TaskSource`` (``source.py``), never through the folder format itself.
+"""
+
+from envlab.sandbox.tasks.dockerfile import BuildPlan, DockerfileError, parse_dockerfile
+from envlab.sandbox.tasks.host_build import PreparedWorkspace, prepare_workspace
+from envlab.sandbox.tasks.host_verifier import judge, run_verifier
+from envlab.sandbox.tasks.reward_file import read_reward_files
+from envlab.sandbox.tasks.source import TaskSource
+
+__all__ = [
+    "BuildPlan",
+    "DockerfileError",
+    "PreparedWorkspace",
+    "TaskSource",
+    "judge",
+    "parse_dockerfile",
+    "prepare_workspace",
+    "read_reward_files",
+    "run_verifier",
+]
