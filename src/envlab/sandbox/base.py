@@ -122,7 +122,8 @@ class Sandbox(ABC):
         keep: bool = False,
     ) -> Self:
         """A new sandbox whose workspace starts as a copy of the host directory ``template``;
-        ``mounts`` are seen by every command, ``network`` gives the host's network."""
+        ``mounts`` are seen by every command, ``network`` gives the outside network through a
+        user-space stack (sandbox/network.py), never the host's own."""
 
     # --- running: one template over the backend's ``_run`` -----------------------------------
     async def exec(

@@ -2,7 +2,8 @@
 
 What a command sees: the host's system directories and an allow-list of ``/etc`` read-only,
 the Python toolchain read-only, the workspace read-write at ``/app``, its own ``/tmp`` (kept
-between commands of one sandbox), no network unless asked, its own PID, IPC and UTS namespaces,
+between commands of one sandbox), its own network namespace (loopback only; with ``network``,
+the outside through a user-space stack, never the host's), its own PID, IPC and UTS namespaces,
 an empty environment plus what the sandbox sets. It runs as a host uid of its own (one per
 sandbox, never root), under rlimits, and dies with envlab. A command's processes end with it:
 when the command exits, the PID namespace goes and takes any background process along.
@@ -29,6 +30,7 @@ from envlab.sandbox.gate import StartGate, pidns, seccomp_fd
 from envlab.sandbox.gc import sweep_once
 from envlab.sandbox.layout import bwrap_binary, host_layout
 from envlab.sandbox.limits import Cgroup, GiB, Limits
+from envlab.sandbox.network import PublicNetwork
 from envlab.sandbox.owner import Owner, current_owner
 from envlab.sandbox.process import RawResult, run_process
 from envlab.sandbox.storage import Storage
@@ -95,6 +97,7 @@ class BubblewrapSandbox(Sandbox):
         self.limits = limits
         self.workdir = workdir
         self.network = network
+        self._public = PublicNetwork.from_host() if network else None
         self.keep = keep
         self.seccomp = seccomp
         self.name = f"{name}-{uuid.uuid4().hex[:10]}"
@@ -262,7 +265,8 @@ class BubblewrapSandbox(Sandbox):
         ]
         if not self._rootless:  # per uid: without a uid of its own it would count the user's
             limits.append((resource.RLIMIT_NPROC, self.limits.max_processes))
-        return StartGate(release_fd, limits, self._cgroup)
+        stack = self._public.stack() if self._public is not None else None
+        return StartGate(release_fd, limits, self._cgroup, stack)
 
     # --- running -----------------------------------------------------------------------------
     async def _run(self, request: ExecRequest) -> RawResult:
@@ -347,6 +351,8 @@ class BubblewrapSandbox(Sandbox):
         if self._running or self._dirty or self._cgroup is not None:
             await self.kill_all()
         self._ended = "closed"
+        if self._public is not None:  # no network stack outlives the sandbox
+            await self._public.settled()
         await asyncio.to_thread(self._dispose)
 
     def _dispose(self) -> None:

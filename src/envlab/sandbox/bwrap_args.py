@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from envlab.core.errors import ConfigError
 from envlab.sandbox.base import APP, Mount
 from envlab.sandbox.layout import HostLayout, bwrap_binary
 from envlab.sandbox.limits import MiB
+from envlab.sandbox.network import resolv_conf
 
 SHM_BYTES = 64 * MiB
 """``/dev/shm`` of one command (Docker's default size); its pages count as the sandbox's memory."""
@@ -24,7 +26,9 @@ def static_args(
     mounts: list[Mount],
 ) -> list[str]:
     """Everything but the per-command part. ``overlay`` is (upper, work) when ``/app`` is an
-    overlay on ``app``."""
+    overlay on ``app``. The network namespace is always the command's own: with ``network``,
+    the start gate attaches a network stack to it (sandbox/network.py) and its resolver is
+    the stack's."""
     a = [
         bwrap_binary(),
         "--unshare-pid",
@@ -36,9 +40,8 @@ def static_args(
         "--hostname",
         "sandbox",
         "--clearenv",
+        "--unshare-net",
     ]
-    if not network:
-        a.append("--unshare-net")
     if rootless:
         a += ["--unshare-user", "--disable-userns", "--uid", "1000", "--gid", "1000"]
     # /app and /tmp first: a toolchain that lives below /tmp (a venv in a clone there) is
@@ -56,12 +59,23 @@ def static_args(
             "--ro-bind", e.source, e.target,
         ]  # fmt: skip
     made = set(layout.dirs)
+    if network:
+        a += mount_args(Mount(resolv_conf(), _resolv_target(layout)), made)
     a += ["--dev", "/dev", "--proc", "/proc"]
     # POSIX shared memory (multiprocessing's locks): a small tmpfs of each command's own
     a += ["--perms", "01777", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm"]
     for m in mounts:
         a += mount_args(m, made)
     return a
+
+
+def _resolv_target(layout: HostLayout) -> str:
+    """Where the sandbox's ``/etc/resolv.conf`` leads: a link in the staged ``/etc`` (to
+    systemd-resolved's file, say) is followed, else a bind on it would fail."""
+    for e in layout.entries:
+        if e.target == "/etc" and e.kind == "ro" and os.path.islink(f"{e.source}/resolv.conf"):
+            return os.path.normpath(os.path.join("/etc", os.readlink(f"{e.source}/resolv.conf")))
+    return "/etc/resolv.conf"
 
 
 def mount_args(m: Mount, made: set[str]) -> list[str]:

@@ -14,9 +14,11 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+OnStatus = Callable[[bytes], Awaitable[None] | None]
+"""What sees the first line of a child's status pipe (sandbox/gate.py's ``StartGate``)."""
 _CHUNK = 1 << 20
 _DRAIN_AFTER_KILL_S = 5.0
 
@@ -82,7 +84,7 @@ class _Child:
         output_limit: int,
         stdin: bytes | None,
         status_fd: int | None = None,
-        on_status: Callable[[bytes], None] | None = None,
+        on_status: OnStatus | None = None,
     ) -> None:
         self.proc = proc
         self.loop = asyncio.get_running_loop()
@@ -97,6 +99,7 @@ class _Child:
         self.status = bytearray()
         self._on_status = on_status
         self.gate_error: BaseException | None = None
+        self.gate_task: asyncio.Future[None] | None = None
         if status_fd is not None:
             os.set_blocking(status_fd, False)
             self.open_fds.add(status_fd)
@@ -149,15 +152,25 @@ class _Child:
             if self._on_status is not None and b"\n" in self.status:
                 gate, self._on_status = self._on_status, None
                 try:
-                    gate(bytes(self.status.split(b"\n", 1)[0]))
+                    pending = gate(bytes(self.status.split(b"\n", 1)[0]))
                 except BaseException as e:  # the command must not start unlimited
                     self.gate_error = e
                     self.kill()
+                else:
+                    if pending is not None:
+                        self.gate_task = asyncio.ensure_future(pending, loop=self.loop)
+                        self.gate_task.add_done_callback(self._gate_done)
             return
         self.loop.remove_reader(fd)
         self.open_fds.discard(fd)
         os.close(fd)
         self._maybe_done()
+
+    def _gate_done(self, task: asyncio.Future[None]) -> None:
+        if task.cancelled() or task.exception() is not None:  # never start it half-set
+            if self.gate_error is None and not task.cancelled():
+                self.gate_error = task.exception()
+            self.kill()
 
     def _on_writable(self, fd: int) -> None:
         assert self._stdin is not None and self.proc.stdin is not None
@@ -210,6 +223,8 @@ class _Child:
                 os.killpg(self.proc.pid, signal.SIGKILL)
 
     def cleanup(self) -> None:
+        if self.gate_task is not None and not self.gate_task.done():
+            self.gate_task.cancel()  # the command ended before its gate opened
         pipes = {s.fileno() for s in (self.proc.stdout, self.proc.stderr) if s and not s.closed}
         for fd in list(self.open_fds):
             self.loop.remove_reader(fd)
@@ -242,7 +257,7 @@ async def run_process(
     stdin: bytes | None = None,
     pass_fds: Sequence[int] = (),
     status_fd: int | None = None,
-    on_status: Callable[[bytes], None] | None = None,
+    on_status: OnStatus | None = None,
     running: set[int] | None = None,
 ) -> RawResult:
     """Run ``argv`` in its own process group; kill the group at ``timeout`` or on cancellation.
@@ -251,6 +266,8 @@ async def run_process(
     ``status_fd`` is the read end of a pipe the child reports on (bwrap's ``--json-status-fd``):
     everything read is returned in ``status``, and ``on_status`` is called with its first line
     as soon as it arrives; if ``on_status`` raises, the child is killed and the error re-raised.
+    ``on_status`` may return an awaitable (what it waits for before the child may go on): it is
+    run as a task, and the same holds if it raises.
     ``running`` holds the pids of children still running, for a caller that must kill them all.
     """
     t0 = time.perf_counter()

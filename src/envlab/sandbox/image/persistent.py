@@ -6,7 +6,9 @@ the agent's own environment, so a server the agent started is still there for th
 enters them with ``nsenter`` (``docker exec``, in effect) and joins the sandbox's cgroup. The
 first program it runs there is ``envlab-enter``, envlab's own, static and mounted read-only: it
 installs the seccomp filter and drops every capability Docker does not leave a container
-before anything of the image runs. A process a command leaves in the background lives on.
+before anything of the image runs. A process a command leaves in the background lives on. A
+public sandbox's network stack is attached once, to the holder's network namespace, and stopped
+with the holder.
 ``/tests``, ``/logs/verifier`` and the offline kit are mounted from the start (the tests'
 directory stays empty until grading; the logs are wiped before test.sh runs).
 
@@ -123,6 +125,7 @@ class SharedImageSandbox(ImageSandbox):
             shutil.rmtree(self.shared_root, ignore_errors=True)
             raise
         self._init: subprocess.Popen[bytes] | None = None
+        self._holder_gate: StartGate | None = None  # its network stack lives as long as it does
         self._target: int | None = None
         nsenter = shutil.which("nsenter")
         if nsenter is None:
@@ -166,7 +169,13 @@ class SharedImageSandbox(ImageSandbox):
                 os.close(block_w)
                 err = self._init.stderr.read().decode(errors="replace") if self._init.stderr else ""
                 raise SandboxError(f"could not start the shared sandbox: {err[-800:]}") from None
-            StartGate(block_w, [], self._cgroup)(line)
+            stack = self._public.stack() if self._public is not None else None
+            self._holder_gate = StartGate(block_w, [], self._cgroup, stack)
+            try:
+                self._holder_gate.blocking(line)
+            except BaseException:
+                self._stop_holder()
+                raise
         # bwrap's child sets up the mounts before it becomes `sleep`: enter only after that
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -258,11 +267,19 @@ class SharedImageSandbox(ImageSandbox):
         super()._dispose()
         subprocess.run(["rm", "-rf", "--", str(self.shared_root)], check=False)
 
-    async def kill_all(self) -> int:
-        n = await super().kill_all()
+    def _stop_holder(self) -> None:
+        """Kill the holder of the namespaces and stop their network stack (blocking)."""
         if self._init is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._init.pid, 9)
-            await asyncio.to_thread(self._init.wait)
+            self._init.wait()
             self._init = None
+        if self._holder_gate is not None:
+            self._holder_gate.close()
+            self._holder_gate = None
+
+    async def kill_all(self) -> int:
+        n = await super().kill_all()
+        if self._init is not None or self._holder_gate is not None:
+            await asyncio.to_thread(self._stop_holder)
         return n

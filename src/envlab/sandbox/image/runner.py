@@ -5,7 +5,8 @@ the command's writes in an upper directory of its own (or nowhere, ``--ro-overla
 command runs as the image's root with Docker's default posture: the capabilities Docker leaves a
 container (no ``CAP_SYS_ADMIN``: no mounts, no namespaces), envlab's seccomp filter, ``/proc``
 with ``/proc/sys`` and the kernel's control files read-only or masked, no ``/sys``, its own
-PID, IPC and UTS namespaces, no network unless asked (then the host's resolver), an empty
+PID, IPC and UTS namespaces, a network namespace of its own (loopback only; with ``network``,
+the outside through a user-space stack and its resolver: sandbox/network.py), an empty
 environment plus what the image sets, and a cgroup of its own for memory and processes.
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from envlab.core.errors import ConfigError
 from envlab.sandbox.base import Mount
 from envlab.sandbox.layout import bwrap_binary
+from envlab.sandbox.network import PROXY_VARS, resolv_conf
 from envlab.sandbox.workspace import state_dir
 
 DOCKER_CAPS = (
@@ -35,16 +37,12 @@ SHM_BYTES = 64 << 20
 HOST_CA = "/run/envlab/host-ca.crt"
 _CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
             "NODE_EXTRA_CA_CERTS")  # fmt: skip
-_PROXY_VARS = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
-               "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "UV_INDEX_URL", "UV_DEFAULT_INDEX",
-               "UV_EXTRA_INDEX_URL", "UV_INDEX")  # fmt: skip
-"""The host's proxies and package indexes (a mirror) also apply to network steps."""
 
 
 def host_network_trust() -> tuple[list[Mount], dict[str, str]]:
     """What a command with the network needs to reach the registries as the host does: the
     host's CA bundle (a TLS-intercepting proxy's CA is in it) and proxy settings."""
-    env = {k: os.environ[k] for k in _PROXY_VARS if k in os.environ}
+    env = {k: os.environ[k] for k in PROXY_VARS if k in os.environ}
     bundle = os.environ.get("SSL_CERT_FILE") or "/etc/ssl/certs/ca-certificates.crt"
     if not Path(bundle).is_file():
         return [], env
@@ -72,11 +70,9 @@ def image_args(
     command's writes; ``None`` makes the root read-only."""
     if not lowers:
         raise ConfigError("an image needs at least its base root filesystem")
-    a = [bwrap_binary(), "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    a = [bwrap_binary(), "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"]
     a += ["--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv"]
     a += ["--hostname", "sandbox"]
-    if not network:
-        a.append("--unshare-net")
     for layer in lowers:
         a += ["--overlay-src", str(layer)]
     if upper is None:
@@ -92,10 +88,8 @@ def image_args(
         if Path(path).exists():
             a += ["--ro-bind", "/dev/null", path]
     a += ["--ro-bind", str(hosts_file()), "/etc/hosts"]
-    if network:
-        resolv = Path("/etc/resolv.conf").resolve()
-        if resolv.exists():
-            a += ["--ro-bind", str(resolv), "/etc/resolv.conf"]
+    if network:  # the network stack's resolver (the start gate attaches the stack)
+        a += ["--ro-bind", str(resolv_conf()), "/etc/resolv.conf"]
     for m in mounts:
         if not Path(m.source).exists():
             raise ConfigError(f"cannot mount {m.source} at {m.target}: no such host path")

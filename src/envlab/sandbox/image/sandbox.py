@@ -36,6 +36,7 @@ from envlab.sandbox.image.runner import (
 from envlab.sandbox.image.squash import fit
 from envlab.sandbox.image.store import Image, touch
 from envlab.sandbox.limits import Cgroup, GiB, Limits
+from envlab.sandbox.network import PublicNetwork
 from envlab.sandbox.owner import current_owner
 from envlab.sandbox.process import RawResult, run_process
 from envlab.sandbox.storage import Storage
@@ -93,6 +94,7 @@ class ImageSandbox(Sandbox):
         if limits.memory_bytes is None:  # the cgroup is how its processes are found
             limits = limits.model_copy(update={"memory_bytes": MEMORY_BYTES})
         self.limits, self.image, self.network, self.keep = limits, image, network, keep
+        self._public = PublicNetwork.from_host() if network else None
         self.seccomp = seccomp
         self.user = user or image.config.user
         self.workdir = workdir or image.config.workdir or "/"
@@ -171,7 +173,9 @@ class ImageSandbox(Sandbox):
             (resource.RLIMIT_FSIZE, self.limits.max_file_bytes),
             (resource.RLIMIT_NOFILE, self.limits.max_open_files),
         ]
-        return StartGate(release_fd, [(w, v) for w, v in limits if v is not None], self._cgroup)
+        stack = self._public.stack() if self._public is not None else None
+        kept = [(w, v) for w, v in limits if v is not None]
+        return StartGate(release_fd, kept, self._cgroup, stack)
 
     async def _run_one(self, req: ExecRequest) -> RawResult:
         env = {**self.env, **req.env} if req.env else self.env
@@ -250,6 +254,8 @@ class ImageSandbox(Sandbox):
             return
         await self.kill_all()
         self._ended = "closed"
+        if self._public is not None:  # no network stack outlives the sandbox
+            await self._public.settled()
         await asyncio.to_thread(self._dispose)
 
     def _dispose(self) -> None:
