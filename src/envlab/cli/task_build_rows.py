@@ -25,15 +25,12 @@ class BuildRow(BaseModel):
 
 
 async def build_one(folder: Any, images: str, quiet: bool) -> BuildRow:
+    """Prepare one task's runtime as an episode would (its image's layers built or found,
+    with progress; or its host workspace), and report how."""
     from envlab.core.errors import EnvlabError
-    from envlab.sandbox.tasks.image import compose_notes, host_mode_reason
-    from envlab.sandbox.tasks.image_build import build_image
-    from envlab.sandbox.tasks.image_verifier import prepare_verifier
+    from envlab.sandbox.tasks.runtime import prepare_runtime
 
     t0 = time.monotonic()
-    reason = host_mode_reason(folder, images)
-    if reason is not None:
-        return BuildRow(task=folder.name, mode="host", reason=reason)
     row = BuildRow(task=folder.name, mode="image")
 
     def progress(what: str, cached: bool, seconds: float) -> None:
@@ -44,11 +41,11 @@ async def build_one(folder: Any, images: str, quiet: bool) -> BuildRow:
             err().print(f"  {mark} {what}", highlight=False)
 
     try:
-        row.notes = compose_notes(folder)
         with err().status(f"building {folder.name}"):
-            image = await build_image(folder, progress=progress)
-            await prepare_verifier(folder, image)
-        row.notes += image.notes
+            runtime = await prepare_runtime(folder, images=images, progress=progress)
+        row.mode = runtime.mode
+        row.reason = runtime.state().get("host_mode_because")
+        row.notes = [n for n in runtime.notes if not n.startswith("mode: ")]
     except EnvlabError as e:
         row.error = str(e)
     row.seconds = round(time.monotonic() - t0, 3)

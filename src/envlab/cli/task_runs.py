@@ -186,16 +186,11 @@ async def _suggest_shared(
 
 
 async def _build_notes(folder: TaskFolder, images: str) -> list[str]:
-    """Which mode the task ran in, and where its build differs from Docker's (cached builds)."""
-    from envlab.sandbox.tasks import prepare_workspace
-    from envlab.sandbox.tasks.image import compose_notes, host_mode_reason
-    from envlab.sandbox.tasks.image_build import build_image
+    """Which mode the task ran in, and where its build differs from Docker's (what the runtime
+    prepared: from the build cache)."""
+    from envlab.sandbox.tasks.runtime import prepare_runtime
 
-    reason = host_mode_reason(folder, images)
-    if reason is None:
-        notes = compose_notes(folder)
-        return ["mode: image", *notes, *(await build_image(folder)).notes]
-    return [f"mode: host ({reason})", *(await prepare_workspace(folder)).notes]
+    return (await prepare_runtime(folder, images=images)).notes
 
 
 async def _check_row(

@@ -87,8 +87,8 @@ async def folder_context(task: Task) -> FolderContext:
     """What vet reads of a task folder: its tests, its solution, its environment variables and
     its prepared workspace (from the build cache, or built now, as an episode does)."""
     from envlab.envs.taskfolder import load_task_folder
-    from envlab.sandbox.tasks import prepare_workspace
-    from envlab.sandbox.tasks.image import shared_verifier
+    from envlab.envs.taskfolder.spec import default_images
+    from envlab.sandbox.tasks.runtime import prepare_runtime
 
     path = task_folder(task)
     if path is None:
@@ -101,11 +101,12 @@ async def folder_context(task: Task) -> FolderContext:
         solve=folder.solution.read_text(errors="replace") if folder.solution else "",
         env=dict(folder.config.environment.env),
         agent_network=folder.config.network_for("agent"),
-        shared_verifier=shared_verifier(folder),
     )
     try:
-        prepared = await prepare_workspace(folder)
-        ctx.app_dir, ctx.env = prepared.app_dir, {**prepared.env, **ctx.env}
+        runtime = await prepare_runtime(folder, images=default_images())
+        ctx.shared_verifier = runtime.verifier_mode == "shared"
+        ctx.app_dir = await runtime.workspace_view()
+        ctx.env = {**runtime.env, **ctx.env}
     except Exception as e:  # a task that cannot be built is reported, not fatal to vet
         ctx.error = f"{type(e).__name__}: {e}"[:500]
     return ctx

@@ -18,7 +18,7 @@ from envlab.sandbox.image.bases import recipe_for
 from envlab.sandbox.image.sandbox import ImageSandbox
 from envlab.sandbox.image.store import Image
 from envlab.sandbox.tasks.dockerfile import DockerfileError
-from envlab.sandbox.tasks.image import host_mode_reason
+from envlab.sandbox.tasks.runtime import host_mode_reason
 from tests.envs.taskfolder import image_support
 from tests.envs.taskfolder.image_support import (
     LIMITS,

@@ -190,7 +190,7 @@ def test_compose_sidecars_are_refused(tiny_base: str, tmp_path: Path) -> None:
 
 def test_a_single_service_compose_runs_with_a_note(tiny_base: str, tmp_path: Path) -> None:
     from envlab.envs.taskfolder.model import load_task_folder
-    from envlab.sandbox.tasks.image import compose_notes
+    from envlab.sandbox.tasks.runtime import compose_notes
 
     compose = "services:\n  main:\n    build: .\n    tmpfs:\n      - /scratch\n"
     task = write_task(

@@ -15,7 +15,6 @@ from envlab.core import (
     Action,
     ConfigError,
     EpisodeOrderError,
-    GraderFailed,
     Reward,
     Rubric,
     Task,
@@ -31,21 +30,14 @@ from envlab.sandbox import (
     Limits,
     Mount,
     Sandbox,
-    SandboxError,
     SandboxFileError,
-    backend,
     copy_tree,
     scratch_dir,
-    scrub_tree,
 )
-from envlab.sandbox.tasks.host_build import PreparedWorkspace, prepare_workspace
-from envlab.sandbox.tasks.host_verifier import run_verifier
-from envlab.sandbox.tasks.image import grade_in_image, host_mode_reason, reset_in_image
-from envlab.sandbox.tasks.image_verifier import VerifierPrep
+from envlab.sandbox.tasks.runtime import TaskRuntime, prepare_runtime
 
 if TYPE_CHECKING:
     from envlab.envs.taskfolder.spec import TerminalEnv
-    from envlab.sandbox.image.store import Image
 
 SHOWN_OUTPUT = 16_000
 """Characters of stdout and of stderr a tool result shows (head and tail)."""
@@ -101,14 +93,10 @@ class TerminalEpisode(ToolEnv):
     def __init__(self, spec: TerminalEnv) -> None:
         super().__init__(spec)
         self.folder: TaskFolder | None = None
-        self.prepared: PreparedWorkspace | None = None
+        self.runtime: TaskRuntime | None = None
+        """The task's runtime (its image, or the host's filesystem), prepared at reset."""
         self.box: Sandbox | None = None
         self._oracle_token: str | None = None
-        self._scrubbed: list[dict[str, str]] = []
-        self.host_reason: str | None = None
-        """Why the episode runs in the host-filesystem mode; None when it runs in its image."""
-        self.image: Image | None = None
-        self.verifier_prep: VerifierPrep | None = None
 
     def system_prompt(self) -> str | None:
         return SYSTEM_PROMPT
@@ -130,29 +118,16 @@ class TerminalEpisode(ToolEnv):
 
     # --- the episode -------------------------------------------------------------------------
     async def on_reset(self, task: Task, seed: int | None) -> None:
-        """Build (or find) the task's workspace and copy it into a new sandbox. A host error on
-        the way (no space, I/O) is the machinery's (``SandboxError``, an ``InfraError``); a
-        task that cannot be built is a ``ConfigError``."""
+        """Prepare the task's runtime (its workspace built once per content, then cached) and
+        open a new sandbox of it. A host error on the way (no space, I/O) is the machinery's
+        (``SandboxError``, an ``InfraError``); a task that cannot be built, a ``ConfigError``."""
         folder = self.folder = self.spec.folder(task.id)
-        cfg = folder.config.environment
-        self.host_reason = host_mode_reason(folder, self.spec.config.images)
-        if self.host_reason is None:
-            self.image, self.verifier_prep, self.box = await reset_in_image(
-                folder, sandbox_limits(folder), self.spec.config.verifier_mode
-            )
-            return
-        try:
-            self.prepared = await prepare_workspace(folder)
-            self.box = await backend(self.spec.config.sandbox).create(
-                self.prepared.app_dir,
-                limits=sandbox_limits(folder),
-                network=folder.config.network_for("agent"),
-                env={**self.prepared.env, **cfg.env},
-                workdir=self.prepared.workdir,
-                name=f"agent-{folder.name}",
-            )
-        except OSError as e:
-            raise SandboxError(f"could not set up the workspace of task {task.id!r}: {e}") from e
+        config = self.spec.config
+        self.runtime = await prepare_runtime(
+            folder, images=config.images, verifier_mode=config.verifier_mode,
+            backend=config.sandbox,
+        )  # fmt: skip
+        self.box = await self.runtime.open(sandbox_limits(folder), f"agent-{folder.name}")
 
     def _sandbox(self) -> Sandbox:
         if self.box is None:
@@ -244,34 +219,9 @@ class TerminalEpisode(ToolEnv):
         return await self._verify()
 
     async def _verify(self) -> Reward:
-        if self.box is not None and self.folder is not None and self.image is not None:
-            assert self.verifier_prep is not None
-            return await grade_in_image(self.folder, self.image, self.box, self.verifier_prep)
-        if self.box is None or self.folder is None or self.prepared is None:
+        if self.box is None or self.runtime is None:
             raise EpisodeOrderError("grade() was called before reset() prepared a sandbox")
-        await self.box.kill_all()  # every process of the agent is gone; no command can start
-        # what the agent's sandbox could not see is not carried into the verifier's: links out
-        # of the workspace (into /tests, /dev, /proc) or dangling, FIFOs, sockets, devices
-        self._scrubbed += await asyncio.to_thread(scrub_tree, self.box.host_workdir)
-        cfg = self.folder.config.environment
-        try:
-            reward = await run_verifier(
-                self.folder,
-                self.box.host_workdir,
-                self.prepared,
-                memory_mb=cfg.memory_mb or 4096,
-                network=self.folder.config.network_for("verifier"),
-            )
-        except GraderFailed as e:
-            self._record_scrubbed(e.details)
-            raise
-        self._record_scrubbed(reward.details)
-        return reward
-
-    def _record_scrubbed(self, details: dict[str, Any]) -> None:
-        if self._scrubbed:
-            not_carried = [*self._scrubbed, *details.get("not_carried", [])]  # type: ignore[misc]
-            details["not_carried"] = not_carried[:200]
+        return await self.runtime.grade(self.box)
 
     async def close(self) -> None:
         if self.box is not None:
@@ -282,12 +232,9 @@ class TerminalEpisode(ToolEnv):
         """The episode's state, with the digest of the workspace as reset made it (paths,
         modes, contents of the task's build): two resets of one task must give the same."""
         base = super().state()
-        base["workspace_at_reset"] = self.prepared.digest if self.prepared is not None else None
-        if self.image is not None:
-            base["workspace_at_reset"] = self.image.key
-        base["sandbox_mode"] = "image" if self.image is not None else "host"
-        if self.host_reason:
-            base["host_mode_because"] = self.host_reason
+        base["workspace_at_reset"] = None
+        if self.runtime is not None:
+            base.update(self.runtime.state())
         return base
 
     async def export_workspace(self, dest: Path) -> Path:

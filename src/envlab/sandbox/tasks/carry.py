@@ -17,12 +17,14 @@ names a program to run. What was removed is listed (``not_carried``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from envlab.sandbox.image.store import Image, images_root, locked, remove_tree
 from envlab.sandbox.scrub import scrub_tree
 
 ARTIFACTS = "/logs/artifacts"
@@ -94,3 +96,48 @@ def scrub_carried(root: Path, mount: str) -> list[dict[str, str]]:
             {"path": rel, "kind": entry["kind"], "target": entry.get("dropped", ""), "reason": why}
         )
     return removed
+
+
+def materialize(image: Image, workspace: str) -> Path:
+    """The workspace ``workspace`` of ``image`` as one host directory (what every episode
+    starts from), merged from the image's layers once per image; for readers (``envlab vet``
+    scans it for leaked answers). Returns the directory holding the workspace's files."""
+    parts = [p for p in workspace.split("/") if p]
+    done = images_root() / "views" / image.key
+    view = done.joinpath("root", *parts)
+    if (done / "done").exists():
+        return view
+    with locked(f"view-{image.key}"):
+        if (done / "done").exists():
+            return view
+        if done.exists():
+            remove_tree(done)
+        view.mkdir(parents=True)
+        for layer in image.lowers:  # lowest first
+            _overlay_onto(layer.joinpath(*parts), view)
+        (done / "done").touch()
+    return view
+
+
+def _overlay_onto(src: Path, dest: Path) -> None:
+    """Apply one layer's subtree ``src`` onto ``dest`` as overlayfs would show it: opaque
+    directories replace what was below, whiteouts delete it, the rest is copied over."""
+    if not src.is_dir() or src.is_symlink():
+        return
+    for root, dirs, names in os.walk(src):
+        for n in [*dirs, *names]:
+            path = Path(root, n)
+            target = dest / path.relative_to(src)
+            gone = is_whiteout(os.lstat(path))
+            with contextlib.suppress(OSError):
+                gone = gone or os.getxattr(path, "trusted.overlay.opaque") == b"y"
+            if gone and (target.exists() or target.is_symlink()):
+                if target.is_dir() and not target.is_symlink():
+                    remove_tree(target)
+                else:
+                    target.unlink()
+    subprocess.run(["cp", "-a", "--remove-destination", "--", f"{src}/.", str(dest)], check=True)
+    for root, _dirs, names in os.walk(dest):
+        for n in names:
+            if is_whiteout(os.lstat(Path(root, n))):
+                Path(root, n).unlink()

@@ -25,7 +25,6 @@ from typing import Any
 from envlab.core.errors import GraderFailed, InfraError
 from envlab.core.rubric import Reward
 from envlab.sandbox import ExecResult, Limits, Mount, verifier_kit
-from envlab.sandbox.image.carry import ARTIFACTS, carry
 from envlab.sandbox.image.runner import host_network_trust
 from envlab.sandbox.image.sandbox import ImageSandbox
 from envlab.sandbox.image.store import (
@@ -41,6 +40,7 @@ from envlab.sandbox.image.store import (
     scratch,
 )
 from envlab.sandbox.tasks import offline
+from envlab.sandbox.tasks.carry import ARTIFACTS, carry
 from envlab.sandbox.tasks.host_verifier import _HOST_ERRNOS, LOGS
 from envlab.sandbox.tasks.reward_file import read_reward_files, read_small
 from envlab.sandbox.tasks.source import TaskSource
