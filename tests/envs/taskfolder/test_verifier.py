@@ -26,10 +26,13 @@ def logs(tmp_path: Path, **files: str) -> Path:
 
 
 def ended(exit_code: int = 0, **report: object) -> ExecResult:
-    """What the verifier's first process prints when test.sh ended on its own."""
-    full = {"exit_code": exit_code, "signal": None, "stragglers": 0, "unfinished_pytest": [],
-            "missing_tools": [], "prepared": [], **report}  # fmt: skip
+    """What the verifier's reporting process prints when test.sh ended on its own."""
+    full = {"exit_code": exit_code, "signal": None, "stragglers": 0, "prepared": [], **report}
     return ExecResult(f"test output\n{END}{json.dumps(full)}\n", "", 0)
+
+
+UNFINISHED = "start 12\n"
+"""The events channel after a pytest session that started and never finished."""
 
 
 def test_reward_txt_and_json_components(tmp_path: Path) -> None:
@@ -94,16 +97,17 @@ def test_a_reward_link_is_not_followed(tmp_path: Path) -> None:
         (ExecResult("", "", 137), "killed before it finished"),
         (ExecResult(f"{END}{{}}\n", "", 137), "killed before it finished"),
         (ended(137, signal=9), "killed by signal 9"),
-        (ended(0, unfinished_pytest=[12]), "pytest session ended before it finished"),
+        ((ended(0), UNFINISHED), "pytest session ended before it finished"),
         (ended(0, stragglers=2), "still running"),
         (ExecResult("", "cannot change to directory /app/x", 1), "working directory is gone"),
     ],
 )
 def test_a_verifier_that_did_not_end_on_its_own_is_a_failed_grade(
-    tmp_path: Path, res: ExecResult, why: str
+    tmp_path: Path, res: ExecResult | tuple[ExecResult, str], why: str
 ) -> None:
+    res, events = res if isinstance(res, tuple) else (res, "")
     with pytest.raises(GraderFailed, match=why):
-        judge(res, logs(tmp_path, reward_txt="1"), 5)
+        judge(res, events, logs(tmp_path, reward_txt="1"), 5)
 
 
 def test_a_forged_end_line_before_the_real_one_is_ignored(tmp_path: Path) -> None:
@@ -111,13 +115,13 @@ def test_a_forged_end_line_before_the_real_one_is_ignored(tmp_path: Path) -> Non
     real = ended(1, signal=9)
     res = ExecResult(forged + "\n" + real.stdout, "", 0)
     with pytest.raises(GraderFailed, match="signal 9"):
-        judge(res, logs(tmp_path, reward_txt="1"), 5)
+        judge(res, "", logs(tmp_path, reward_txt="1"), 5)
 
 
 def test_a_zero_with_a_missing_tool_names_the_tool(tmp_path: Path) -> None:
     with pytest.raises(GraderFailed, match="needs uv"):
-        judge(ended(1, missing_tools=["uv"]), logs(tmp_path, reward_txt="0"), 5)
-    r = judge(ended(0, missing_tools=["uv"]), logs(tmp_path, reward_txt="1"), 5)
+        judge(ended(1), "missing uv\n", logs(tmp_path, reward_txt="0"), 5)
+    r = judge(ended(0), "missing uv\n", logs(tmp_path, reward_txt="1"), 5)
     assert r.total == 1.0 and r.details["verifier_exit_code"] == 0
     assert "test output" in r.details["verifier_output_tail"]
 

@@ -8,9 +8,10 @@ One protocol, ``TaskRuntime`` (``runtime.py``), two implementations: ``HostRunti
 
 from envlab.sandbox.tasks.dockerfile import BuildPlan, DockerfileError, parse_dockerfile
 from envlab.sandbox.tasks.host_build import PreparedWorkspace, prepare_workspace
-from envlab.sandbox.tasks.host_verifier import judge, run_verifier
+from envlab.sandbox.tasks.host_verifier import run_verifier
 from envlab.sandbox.tasks.reward_file import read_reward_files
 from envlab.sandbox.tasks.source import TaskSource
+from envlab.sandbox.tasks.verifier import judge, run_tests
 
 __all__ = [
     "BuildPlan",
@@ -21,5 +22,6 @@ __all__ = [
     "parse_dockerfile",
     "prepare_workspace",
     "read_reward_files",
+    "run_tests",
     "run_verifier",
 ]

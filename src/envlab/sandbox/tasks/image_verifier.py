@@ -17,14 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 from envlab.core.errors import GraderFailed, InfraError
 from envlab.core.rubric import Reward
-from envlab.sandbox import ExecResult, Limits, Mount, verifier_kit
+from envlab.sandbox import Limits, Mount, verifier_kit
 from envlab.sandbox.image.runner import host_network_trust
 from envlab.sandbox.image.sandbox import ImageSandbox
 from envlab.sandbox.image.store import (
@@ -41,9 +40,8 @@ from envlab.sandbox.image.store import (
 )
 from envlab.sandbox.tasks import offline
 from envlab.sandbox.tasks.carry import ARTIFACTS, carry
-from envlab.sandbox.tasks.host_verifier import _HOST_ERRNOS, LOGS
-from envlab.sandbox.tasks.reward_file import read_reward_files, read_small
 from envlab.sandbox.tasks.source import TaskSource
+from envlab.sandbox.tasks.verifier import HOST_ERRNOS, LOGS, run_tests
 
 OFFLINE_VERSION = "3"
 WHEELS = "/var/cache/envlab/wheels"
@@ -159,11 +157,12 @@ def mountpoints() -> Path:
     """A layer of empty directories where the verifier mounts its own, stacked above the
     agent's: whatever the agent left at those paths (a file, a link, nothing), the mounts
     land on directories, so nothing it did turns its grade into a machinery failure."""
-    layer = images_root() / "layers" / "envlab-mountpoints-2" / "upper"
+    layer = images_root() / "layers" / "envlab-mountpoints-3" / "upper"
     if not (layer.parent / META).exists():
         for d in MOUNTPOINTS:
             (layer / d).mkdir(parents=True, exist_ok=True)
-        meta = LayerMeta(key="envlab-mountpoints-2", instruction="envlab: mount points")
+        (layer / verifier_kit.EVENTS.lstrip("/")).touch()  # a file: the events FIFO's
+        meta = LayerMeta(key="envlab-mountpoints-3", instruction="envlab: mount points")
         (layer.parent / META).write_text(meta.model_dump_json())
     return layer
 
@@ -224,7 +223,7 @@ async def run_image_verifier(
                 carry, agent_layer, carried, [workspace_of(image), ARTIFACTS]
             )
         except OSError as e:
-            if e.errno in _HOST_ERRNOS:
+            if e.errno in HOST_ERRNOS:
                 raise InfraError(f"could not carry the workspace to the verifier: {e}") from e
             raise GraderFailed(f"the agent's workspace could not be carried: {e}") from e
         box.add_lowers([carried, mountpoints()])
@@ -238,153 +237,32 @@ async def run_image_verifier(
             Mount(logs, LOGS, writable=True),
             Mount(report, REPORT, writable=True),
         ]
-        res = await box.exec(
-            ["sh", f"{verifier_kit.IMAGE_KIT}/report.sh"], timeout=timeout, mounts=mounts
-        )
-        reward = judge_image(res, logs, report, timeout, mode="separate")
-        reward.details["not_carried"] = dropped[:200]
-        return reward
+        return await run_tests(
+            box, ["sh", f"{verifier_kit.IMAGE_KIT}/report.sh"], timeout=timeout, logs=logs,
+            events=report / "events", mounts=mounts,
+            needs_network=report / "needs-network.txt",
+            details={"sandbox_mode": "image", "verifier_mode": "separate",
+                     "not_carried": dropped[:200]},
+        )  # fmt: skip
     finally:
         await box.close()
-
-
-_MISSES = (
-    (re.compile(r"No matching distribution found for ([\w.\-\[\],=<>!~]+)"), "pip: {}"),
-    (re.compile(r"Because ([\w.\-\[\]]+) was not found in the cache"), "uv: {}"),
-    (re.compile(r"Failed to fetch: `(\S+)`"), "{}"),
-    (re.compile(r"Could not resolve host:? '?([\w.-]+)"), "https://{}"),
-    (re.compile(r"(?:getaddrinfo|resolve|connect)[^\n]*?(?:host|to) '?([\w-]+\.[\w.-]+)"), "{}"),
-)
-_APT_NOISE = ("Err:", "W:", "Ign:", "E: Failed to fetch", "E: Some index files")
-
-
-def offline_misses(output: str) -> list[str]:
-    """What the tests tried to fetch and could not, read off their output (pip's, uv's, curl's
-    and resolvers' messages); apt's failed index updates are expected offline and ignored."""
-    found: list[str] = []
-    for line in output.splitlines():
-        if line.lstrip().startswith(_APT_NOISE):
-            continue
-        for pattern, form in _MISSES:
-            for m in pattern.finditer(line):
-                what = form.format(m.group(1).rstrip("`'\".,:"))
-                if what not in found:
-                    found.append(what)
-    return found[:20]
 
 
 async def run_shared_verifier(task: TaskSource, image: Image, box: Any) -> Reward:
     """Harbor's shared mode: ``tests/test.sh`` in the agent's own sandbox, whose processes are
     alive (``SharedImageSandbox``): the pristine tests copied in, the logs wiped first."""
-    timeout = task.config.verifier.timeout_sec
     for target in ("/tests", LOGS, REPORT):
         await asyncio.to_thread(box.clear, target)
     await asyncio.to_thread(
         shutil.copytree, task.tests_dir, box.shared("/tests"), symlinks=True, dirs_exist_ok=True
     )
     env = verifier_image_env(task, image)
-    env |= verifier_kit.image_kit_env(env) | {"ENVLAB_KEEP_OTHERS": "1"}
-    res = await box.exec(["sh", f"{verifier_kit.IMAGE_KIT}/report.sh"], timeout=timeout, env=env)
-    return judge_image(res, box.shared(LOGS), box.shared(REPORT), timeout, mode="shared")
-
-
-def _report_line(res: ExecResult) -> tuple[tuple[int, int] | None, str]:
-    """``(test.sh's status, processes that outlived it)`` from the reporting process's last
-    line, if it ended on its own; and the output before that line."""
-    if res.exit_code != 0 or res.timed_out:
-        return None, res.stdout
-    out, sep, line = res.stdout.rstrip("\n").rpartition("\n" + verifier_kit.END)
-    fields = line.split()
-    if not sep or len(fields) != 2 or not all(f.isdigit() for f in fields):
-        return None, res.stdout
-    return (int(fields[0]), int(fields[1])), out
-
-
-def _events(report: Path) -> tuple[list[str], list[str]]:
-    """pytest sessions that started and never finished; programs reported missing."""
-    text = read_small(report / "events") or ""
-    started, finished, missing = set(), set(), []
-    for line in text.splitlines():
-        kind, _, rest = line.partition(" ")
-        pid = rest.split(" ")[0]
-        if kind == "start":
-            started.add(pid)
-        elif kind == "finish":
-            finished.add(pid)
-        elif kind == "missing" and rest and rest not in missing:
-            missing.append(rest[:100])
-    return sorted(started - finished), missing[:20]
-
-
-_NO_PYTEST = re.compile(r"No module named '?pytest'?|pytest: (command )?not found")
-
-
-def _invalid(ended: tuple[int, int] | None, res: ExecResult, unfinished: list[str]) -> str:
-    """Why the run cannot give a valid grade, or "" when it can."""
-    if res.timed_out:
-        return ""  # said below, with the timeout
-    if ended is None:
-        return (
-            f"the verifier was killed before it finished (exit {res.exit_code}): something in "
-            "the sandbox killed its reporting process"
-        )
-    status, left = ended
-    if status > 128:
-        return f"tests/test.sh was killed by signal {status - 128}"
-    if left:
-        return (
-            f"{left} process(es) started by the tests were still running when tests/test.sh "
-            "ended (they could rewrite the reward); the tests must stop them"
-        )
-    if unfinished:
-        return (
-            "a pytest session ended before it finished (os._exit or a kill in the code under "
-            "test), whatever exit code it left"
-        )
-    return ""
-
-
-def judge_image(
-    res: ExecResult, logs: Path, report: Path, timeout: float, *, mode: str = "separate"
-) -> Reward:
-    """The valid reward of one run of test.sh in an image, or ``GraderFailed`` saying why."""
-    ended, out = _report_line(res)
-    details: dict[str, Any] = {
-        "verifier_exit_code": ended[0] if ended else None,
-        "verifier_duration_s": round(res.duration_s, 3),
-        "verifier_output_tail": (out[-3000:] + "\n" + res.stderr[-3000:]).strip(),
-        "sandbox_mode": "image",
-        "verifier_mode": mode,
-    }
-    unfinished, missing = _events(report)
-    needs = offline.read_needs_network(report / "needs-network.txt")
-    why = _invalid(ended, res, unfinished)
-    total: float | None = None
-    read_error = ""
-    if not why and not res.timed_out and not needs:
-        try:
-            total, components = read_reward_files(logs)
-        except GraderFailed as e:
-            read_error = str(e)
-    if not why and not needs and (total is None or total <= 0):
-        # a fetch that went past the shims (pip, uv, a library in the tests) and failed: a
-        # grade stands only where the tests passed anyway
-        needs = offline_misses(res.stdout + "\n" + res.stderr)
-        if _NO_PYTEST.search(res.stdout + "\n" + res.stderr) and "pytest" not in missing:
-            missing.append("pytest")
-    if needs:
-        details["needs_network"] = needs
-        why = f"needs the network ({', '.join(needs[:5])}): grading is offline"
-    elif res.timed_out:
-        why = f"the verifier (tests/test.sh) ran past [verifier] timeout_sec = {timeout:g}s"
-    elif not why and missing and (total is None or total <= 0):
-        details["missing_tools"] = missing
-        why = f"the verifier needs {', '.join(missing)}, not installed in the image"
-    elif not why and total is not None:
-        return Reward(total=total, components=components, details=details)
-    why = why or read_error
-    tail = str(details["verifier_output_tail"])[-1500:]
-    raise GraderFailed(
-        f"{why} (test.sh exit code {details['verifier_exit_code']}). Output tail:\n{tail}",
-        details=details,
-    )
+    env |= verifier_kit.image_kit_env(env)
+    env |= {"ENVLAB_KEEP_OTHERS": "1", "ENVLAB_EVENTS": f"{REPORT}/events"}
+    report, timeout = box.shared(REPORT), task.config.verifier.timeout_sec
+    return await run_tests(
+        box, ["sh", f"{verifier_kit.IMAGE_KIT}/report.sh"], timeout=timeout,
+        logs=box.shared(LOGS), events=report / "events", env=env,
+        needs_network=report / "needs-network.txt",
+        details={"sandbox_mode": "image", "verifier_mode": "shared"},
+    )  # fmt: skip

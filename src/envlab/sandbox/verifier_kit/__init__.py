@@ -20,8 +20,12 @@ MOUNT = "/opt/envlab"
 BIN = f"{MOUNT}/bin"
 LIB = f"{MOUNT}/lib"
 END = "ENVLAB-VERIFIER-END "
-"""Starts the last line of ``verifier_run.py``'s stdout (kept equal to its ``END``)."""
-LIB_FILES = ("verifier_run.py", "run_pytest.py", "bash_env.sh")
+"""Starts the last line of the reporting process's stdout, ``verifier_run.py`` (host mode) or
+``image_report.sh`` (images), then a JSON object (kept equal to their ``END``)."""
+EVENTS = "/logs/.envlab-events"
+"""envlab's events channel in the verifier: a FIFO the host reads while the tests run, bind-
+mounted (it cannot be replaced or erased); the pytest guard and the bash hook write on it."""
+LIB_FILES = ("verifier_run.py", "run_pytest.py", "envlab_pytest_guard.py", "bash_env.sh")
 
 # python3 that never puts the working directory (/app) on sys.path for -c, -m or stdin (also
 # PYTHONSAFEPATH=1 for every python whatever its name); ``-m pytest`` runs the guarded pytest
@@ -80,7 +84,7 @@ def image_kit_dir() -> Path:
         "image-grade-kit",
         {
             "report.sh": ((pkg / "image_report.sh").read_text(), 0o644),
-            "bash_env.sh": ((pkg / "image_bash_env.sh").read_text(), 0o644),
+            "bash_env.sh": ((pkg / "bash_env.sh").read_text(), 0o644),
             "py/envlab_pytest_guard.py": ((pkg / "envlab_pytest_guard.py").read_text(), 0o644),
         },
     )

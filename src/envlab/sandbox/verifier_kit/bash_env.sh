@@ -2,9 +2,6 @@
 # the sandbox lacks is named, and reported to the host, instead of leaving a silent 0.
 command_not_found_handle() {
   printf 'envlab: the verifier needs %s, which is not installed in the sandbox\n' "$1" >&2
-  case "${ENVLAB_REPORT_FD:-}" in
-    ''|*[!0-9]*) ;;
-    *) printf 'missing %s\n' "$1" 2>/dev/null >&"$ENVLAB_REPORT_FD" ;;
-  esac
+  printf 'missing %s\n' "$1" 2>/dev/null >>"${ENVLAB_EVENTS:-/logs/.envlab-events}"
   return 127
 }

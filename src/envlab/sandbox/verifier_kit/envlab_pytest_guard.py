@@ -1,22 +1,25 @@
-"""envlab's pytest guard in an image's verifier, loaded through ``PYTEST_PLUGINS``.
+"""envlab's pytest guard in the verifier (``PYTEST_PLUGINS`` in an image; registered by
+``run_pytest.py`` in the host mode). Python 3.6+, standard library only.
 
-It records the start and the end of every test session in ``/opt/envlab/report/events``, so
-that a session the code under test cut short (``os._exit`` at import, a kill) is known to have
-never finished, whatever exit code it left behind. Python 3.6+, standard library only.
+It reports the start and the end of every test session on envlab's events channel (a FIFO the
+host reads while the tests run, bind-mounted so that it cannot be replaced: what was written
+cannot be erased), so that a session the code under test cut short (``os._exit`` at import, a
+kill) is known to have never finished, whatever exit code it left behind.
 """
 
 import os
 
-_EVENTS = "/opt/envlab/report/events"
+_EVENTS = os.environ.get("ENVLAB_EVENTS", "/logs/.envlab-events")
 
 
-def _mark(kind, extra=""):
+def report(line):
+    """Write one line on the events channel (never blocks; a missing channel is ignored)."""
     try:
-        fd = os.open(_EVENTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        fd = os.open(_EVENTS, os.O_WRONLY | os.O_NONBLOCK | os.O_APPEND)
     except OSError:
         return
     try:
-        os.write(fd, f"{kind} {os.getpid()} {extra}\n".encode())
+        os.write(fd, (line + "\n").encode())
     except OSError:
         pass
     finally:
@@ -24,8 +27,8 @@ def _mark(kind, extra=""):
 
 
 def pytest_sessionstart(session):
-    _mark("start")
+    report(f"start {os.getpid()}")
 
 
 def pytest_sessionfinish(session, exitstatus):
-    _mark("finish", str(int(exitstatus)))
+    report(f"finish {os.getpid()} {int(exitstatus)}")

@@ -1,8 +1,9 @@
 # envlab's reporting process in an image: the verifier sandbox's first process, run by the
 # image's own sh (pristine in the separate mode). It runs bash /tests/test.sh, then (unless
 # ENVLAB_KEEP_OTHERS is set: the shared mode, where the agent's processes live on) kills every
-# other process of this PID namespace until none is left, and prints on its last line
-#   ENVLAB-VERIFIER-END <test.sh's exit status> <processes that outlived test.sh>
+# other process of this PID namespace until none is left, and prints on its last line, as the
+# host mode's verifier_run.py does,
+#   ENVLAB-VERIFIER-END {"exit_code": N, "signal": N|null, "stragglers": N}
 # The host trusts that line only when this process itself exited 0: code under test that kills
 # it leaves no valid grade. When nothing else is alive, nothing can write after this line.
 bash /tests/test.sh </dev/null
@@ -24,5 +25,8 @@ while [ -z "$ENVLAB_KEEP_OTHERS" ] && [ "$rounds" -lt 500 ]; do
   [ "$rounds" -eq 0 ] && left=$found
   rounds=$((rounds + 1))
 done
-printf '\nENVLAB-VERIFIER-END %s %s\n' "$status" "$left"
+signal=null
+[ "$status" -gt 128 ] && signal=$((status - 128))
+printf '\nENVLAB-VERIFIER-END {"exit_code": %s, "signal": %s, "stragglers": %s}\n' \
+  "$status" "$signal" "$left"
 exit 0

@@ -8,9 +8,10 @@ Standard library only (it is copied into the sandbox, envlab is not importable t
 2. Runs ``bash /tests/test.sh`` as its child and waits for it.
 3. Kills every process that outlived it (in this PID namespace) and reports on the last line of
    stdout: ``ENVLAB-VERIFIER-END {json}`` with test.sh's exit status, the signal that killed
-   it, the processes that outlived it, pytest sessions that started and never finished, and
-   programs test.sh needed and did not find. The host trusts the line only when this process
-   itself exited 0: an agent's code that kills it (``kill -9 -1``) makes the grade invalid.
+   it and the processes that outlived it (the same line as ``image_report.sh``'s; the pytest
+   guard and the bash hook report on envlab's events channel, which the host reads). The host
+   trusts the line only when this process itself exited 0: an agent's code that kills it
+   (``kill -9 -1``) makes the grade invalid.
 """
 
 from __future__ import annotations
@@ -21,15 +22,11 @@ import json
 import os
 import re
 import signal
-import stat
 import subprocess
 import sys
 import time
 
 END = "ENVLAB-VERIFIER-END "
-REPORT_FD_VAR = "ENVLAB_REPORT_FD"
-"""Names the write end of a pipe on which the pytest guard and the bash hook report (a pipe, not
-a file: what was written cannot be listed, rewritten or erased by the code under test)."""
 # git config keys kept in the verifier's view: none of them names a program to run
 _GIT_KEEP = re.compile(
     r"^(core\.(repositoryformatversion|bare|filemode|logallrefupdates|ignorecase|symlinks|"
@@ -159,92 +156,16 @@ def _kill_others() -> int:
     return len(survivors)
 
 
-def _read_all(fd: int) -> bytes:
-    """Everything written to the pipe; every writer is dead by now (EOF), or we stop at 1 MiB."""
-    os.set_blocking(fd, False)
-    chunks: list[bytes] = []
-    size = 0
-    while size < 1 << 20:
-        try:
-            data = os.read(fd, 65536)
-        except BlockingIOError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-        size += len(data)
-    return b"".join(chunks)
-
-
-def _sessions(data: bytes) -> tuple[list[int], list[str]]:
-    """pytest sessions that started and never finished; programs reported missing."""
-    started: set[str] = set()
-    finished: set[str] = set()
-    missing: set[str] = set()
-    for line in data.decode(errors="replace").splitlines():
-        kind, _, rest = line.partition(" ")
-        if kind == "start":
-            started.add(rest.split(" ")[0])
-        elif kind == "finish":
-            finished.add(rest.split(" ")[0])
-        elif kind == "missing" and rest:
-            missing.add(rest[:100])
-    unfinished = sorted(int(p) for p in started - finished if p.isdigit())
-    return unfinished, sorted(missing)[:20]
-
-
-LOGS = "/logs/verifier"
-REWARD_FILES = ("reward.txt", "reward.json", "rewards.json")
-_MIN_FREE = 1 << 20
-
-
-def _logs_problems() -> list[str]:
-    """Ways test.sh's own write of the reward may have been blocked: a reward file made
-    read-only, owned by someone else or not a regular file; the disk under it full."""
-    problems = []
-    for name in REWARD_FILES:
-        path = os.path.join(LOGS, name)
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            continue
-        except OSError as e:
-            problems.append(f"{name}: {e.strerror}")
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            problems.append(f"{name} is not a regular file")
-        elif not st.st_mode & stat.S_IWUSR or st.st_uid != os.getuid():
-            problems.append(f"{name} was made read-only (mode {stat.S_IMODE(st.st_mode):o})")
-    try:
-        vfs = os.statvfs(LOGS)
-    except OSError as e:
-        return [*problems, f"{LOGS}: {e.strerror}"]
-    if vfs.f_bavail * vfs.f_frsize < _MIN_FREE or (vfs.f_files and vfs.f_favail == 0):
-        problems.append("the verifier's disk was full, so writes of test.sh may have failed")
-    return problems
-
-
 def main() -> int:
     _no_dump()
     changed = prepare("/app")
-    read_end, write_end = os.pipe()
-    os.set_inheritable(write_end, True)
-    env = {**os.environ, REPORT_FD_VAR: str(write_end)}
-    child = subprocess.Popen(
-        ["bash", "/tests/test.sh"], stdin=subprocess.DEVNULL, env=env, pass_fds=(write_end,)
-    )
-    os.close(write_end)
+    child = subprocess.Popen(["bash", "/tests/test.sh"], stdin=subprocess.DEVNULL)
     _, status = os.waitpid(child.pid, 0)
     stragglers = _kill_others()
-    unfinished, missing = _sessions(_read_all(read_end))
-    logs_problems = _logs_problems()
     report = {
         "exit_code": os.waitstatus_to_exitcode(status),
         "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
         "stragglers": stragglers,
-        "unfinished_pytest": unfinished,
-        "missing_tools": missing,
-        "logs_problems": logs_problems,
         "prepared": changed[:200],
         "prepared_total": len(changed),
     }
