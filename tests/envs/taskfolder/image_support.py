@@ -90,6 +90,7 @@ PROGRAMS = (
     "chgrp",
     "sha256sum",
     "md5sum",
+    "base64",
     "realpath",
     "nproc",
     "hostname",

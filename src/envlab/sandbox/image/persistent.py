@@ -37,7 +37,6 @@ from envlab.sandbox.base import ExecRequest, Mount, SandboxError
 from envlab.sandbox.gate import StartGate, seccomp_fd
 from envlab.sandbox.image.runner import DOCKER_CAPS
 from envlab.sandbox.image.sandbox import ImageSandbox
-from envlab.sandbox.owner import scratch_dir
 from envlab.sandbox.process import CappedBuffer, RawResult
 from envlab.sandbox.seccomp import host_program
 from envlab.sandbox.workspace import state_dir
@@ -48,6 +47,9 @@ SHARED_DIRS = {"/tests": False, "/logs/verifier": True, "/opt/envlab/report": Tr
 
 
 ENTER_DIR = "/opt/envlab/enter"
+PRIVATE_LOGS = "ENVLAB_PRIVATE_LOGS"
+"""A command whose environment names this runs isolated from the agent's live processes: a
+PID namespace of its own and a private, empty tmpfs at that path (Harbor's shared verifier)."""
 _CAP_BITS = {"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_FOWNER": 3, "CAP_FSETID": 4,
              "CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SETPCAP": 8,
              "CAP_NET_BIND_SERVICE": 10, "CAP_NET_RAW": 13, "CAP_SYS_CHROOT": 18,
@@ -111,19 +113,18 @@ class SharedImageSandbox(ImageSandbox):
     the host directory behind one of ``SHARED_DIRS``."""
 
     def __init__(self, **options: Any) -> None:
-        self.shared_root = scratch_dir("shared-")
+        extra = [*options.pop("mounts", ()), Mount(enter_binary().parent, ENTER_DIR)]
+        super().__init__(mounts=extra, **options)
+        # on the sandbox's bounded storage: what the agent writes there counts against it
+        assert self.storage is not None
+        self.shared_root = self.storage.fs / "shared"
         self._shared: dict[str, Path] = {}
         for i, target in enumerate(SHARED_DIRS):
             host = self.shared_root / str(i)
-            host.mkdir(mode=0o755)
+            host.mkdir(mode=0o755, parents=True)
             self._shared[target] = host
-        extra = [Mount(h, t, writable=SHARED_DIRS[t]) for t, h in self._shared.items()]
-        extra.append(Mount(enter_binary().parent, ENTER_DIR))
-        try:
-            super().__init__(mounts=[*options.pop("mounts", ()), *extra], **options)
-        except BaseException:
-            shutil.rmtree(self.shared_root, ignore_errors=True)
-            raise
+        self._mounts += [Mount(h, t, writable=SHARED_DIRS[t]) for t, h in self._shared.items()]
+        self.add_lowers([])  # the command line again, with the shared directories mounted
         self._init: subprocess.Popen[bytes] | None = None
         self._holder_gate: StartGate | None = None  # its network stack lives as long as it does
         self._target: int | None = None
@@ -205,7 +206,12 @@ class SharedImageSandbox(ImageSandbox):
         os.write(w, host_program())
         os.close(w)
         argv = ["/bin/sh", "-c", join, "sh", self._nsenter, "-t", str(self._target)]
-        argv += ["-m", "-u", "-i", "-n", "-p", "-r", "--", f"{ENTER_DIR}/envlab-enter"]
+        private = env.get(PRIVATE_LOGS)
+        if private:  # the verifier: a PID namespace of its own, its logs private (enter.c)
+            argv += ["-m", "-u", "-i", "-n", "-r", "--", f"{ENTER_DIR}/envlab-enter"]
+            argv += ["--isolate", private]
+        else:
+            argv += ["-m", "-u", "-i", "-n", "-p", "-r", "--", f"{ENTER_DIR}/envlab-enter"]
         argv += [f"{_caps_mask():x}", str(r) if self.seccomp else "-1", req.cwd]
         argv += [f"{k}={v}" for k, v in env.items()]
         argv += ["--", "/bin/sh", "-c", 'exec "$@"', "sh", *cmd]
@@ -262,10 +268,6 @@ class SharedImageSandbox(ImageSandbox):
             returncode=128 - code if code < 0 else code, timed_out=timed_out,
             truncated=streams[0][1] or streams[1][1], duration_s=time.perf_counter() - t0,
         )  # fmt: skip
-
-    def _dispose(self) -> None:
-        super()._dispose()
-        subprocess.run(["rm", "-rf", "--", str(self.shared_root)], check=False)
 
     def _stop_holder(self) -> None:
         """Kill the holder of the namespaces and stop their network stack (blocking)."""

@@ -41,16 +41,16 @@ class Armed:
 
 @dataclass
 class Expected:
-    """What the task expects the agent to change: files, and directories it creates whole."""
+    """What the task expects the agent to change: the files (and links) the oracle changed,
+    by path. Only those: a directory the oracle created is no licence for any file in it (a
+    ``.pth`` beside the oracle's package would run in every python of the grade). ``dirs``
+    (the directories the oracle created whole) is kept for the record, not for ``covers``."""
 
     files: set[str] = field(default_factory=set)
     dirs: set[str] = field(default_factory=set)
 
     def covers(self, rel: str) -> bool:
-        if rel in self.files:
-            return True
-        parts = rel.split("/")
-        return any("/".join(parts[:i]) in self.dirs for i in range(1, len(parts)))
+        return rel in self.files
 
     def to_json(self) -> dict[str, list[str]]:
         return {"files": sorted(self.files), "dirs": sorted(self.dirs)}
@@ -106,8 +106,9 @@ def touched(armed: Armed) -> list[str]:
     for rel, (ino, ctime) in armed.files.items():
         try:
             st = os.lstat(armed.root / rel)
-        except OSError:
-            continue  # removed: a deletion is not a read
+        except OSError:  # removed while grading: it may have been read first (a payload that
+            found.append(rel)  # deletes itself), so it counts as touched
+            continue
         if st.st_atime_ns != 0 or st.st_ctime_ns != ctime or st.st_ino != ino:
             found.append(rel)
     return sorted(found)

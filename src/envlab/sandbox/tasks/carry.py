@@ -38,10 +38,19 @@ def is_whiteout(st: os.stat_result) -> bool:
     return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
 
 
-def carry(agent_layer: Path, dest: Path, paths: Sequence[str]) -> list[dict[str, str]]:
+STARTUP_HOOKS = ("sitecustomize.py", "usercustomize.py")
+"""Python runs these at the start of every interpreter that finds them on its path."""
+
+
+def carry(
+    agent_layer: Path, dest: Path, paths: Sequence[str], image_layers: Sequence[Path] = ()
+) -> list[dict[str, str]]:
     """Copy the subtrees ``paths`` (absolute, e.g. ``/app``) of ``agent_layer`` into the layer
     ``dest`` and scrub them; return what was not carried. A path whose parent the agent
-    replaced by a link or a file is not carried (the verifier sees the image's own)."""
+    replaced by a link or a file is not carried (the verifier sees the image's own), nor are
+    the agent's changes to a Python environment (a directory with ``pyvenv.cfg`` in the agent's
+    layer or in ``image_layers``) or Python's start-up hooks: the tools that run the tests come
+    from the image, never from the workspace."""
     dest.mkdir(parents=True, exist_ok=True)
     dropped: list[dict[str, str]] = []
     for path in dict.fromkeys(p.rstrip("/") or "/" for p in paths):
@@ -72,7 +81,35 @@ def carry(agent_layer: Path, dest: Path, paths: Sequence[str]) -> list[dict[str,
                 why = "the workspace was replaced by a non-directory"
                 dropped.append({"path": path, "kind": "workspace", "target": "", "reason": why})
             continue
+        dropped += _drop_tools(target, path, image_layers)
         dropped += [{**d, "path": f"{path}/{d['path']}"} for d in scrub_carried(target, path)]
+    return dropped
+
+
+def _drop_tools(root: Path, mount: str, image_layers: Sequence[Path]) -> list[dict[str, str]]:
+    """Remove from the carried ``root`` (seen at ``mount``) the agent's Python environments
+    and start-up hooks; return them."""
+    parts = [p for p in mount.split("/") if p]
+    dropped: list[dict[str, str]] = []
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        rel = d.relative_to(root)
+        image_cfg = (layer.joinpath(*parts, rel, "pyvenv.cfg") for layer in image_layers)
+        if (d / "pyvenv.cfg").exists() or any(os.path.lexists(p) for p in image_cfg):
+            remove_tree(d)
+            dropped.append({"path": f"{mount}/{rel}", "kind": "environment", "target": "",
+                            "reason": "a Python environment: the verifier's tools come from "
+                            "the image"})  # fmt: skip
+            continue
+        with os.scandir(d) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(Path(e.path))
+                elif e.name in STARTUP_HOOKS:
+                    os.unlink(e.path)
+                    dropped.append({"path": f"{mount}/{rel / e.name}", "kind": "startup-hook",
+                                    "target": "", "reason": "a Python start-up hook"})  # fmt: skip
     return dropped
 
 

@@ -24,8 +24,9 @@ from typing import Any
 from envlab.core.errors import GraderFailed, InfraError
 from envlab.core.rubric import Reward
 from envlab.sandbox import Limits, Mount, verifier_kit
+from envlab.sandbox.image.persistent import PRIVATE_LOGS
 from envlab.sandbox.image.runner import host_network_trust
-from envlab.sandbox.image.sandbox import ImageSandbox
+from envlab.sandbox.image.sandbox import STORAGE_BYTES, ImageSandbox
 from envlab.sandbox.image.store import (
     META,
     Image,
@@ -182,6 +183,14 @@ def verifier_image_env(task: TaskSource, image: Image) -> dict[str, str]:
     return env
 
 
+def _verifier_storage(storage_mb: int | None) -> int:
+    """The verifier's bounded storage: room for the carried workspace (at most what bounded
+    the agent's own writes) and as much again for the verifier's writes, so that an agent that
+    filled its storage cannot make carrying it fail for want of space (an ``InfraError``)."""
+    agent = (storage_mb << 20) if storage_mb else STORAGE_BYTES
+    return 2 * agent + (64 << 20)
+
+
 def workspace_of(image: Image) -> str:
     """The agent's workspace, what the separate mode carries: the image's ``WORKDIR``
     (``/app`` where the image sets none or ``/``)."""
@@ -210,7 +219,7 @@ async def run_image_verifier(
         box = await ImageSandbox.create(
             image=image, network=network, name=f"verifier-{task.name}", env=env,
             limits=Limits(timeout_s=timeout, memory_bytes=memory_mb << 20,
-                          **({"storage_bytes": storage_mb << 20} if storage_mb else {})),
+                          storage_bytes=_verifier_storage(storage_mb)),
             extra_lowers=[*([prep.layer] if prep.layer else [])],
         )  # fmt: skip
     except OSError as e:
@@ -220,7 +229,7 @@ async def run_image_verifier(
         carried, logs, report, tests = box.storage.make("carried", "logs", "report", "tests")
         try:
             dropped = await asyncio.to_thread(
-                carry, agent_layer, carried, [workspace_of(image), ARTIFACTS]
+                carry, agent_layer, carried, [workspace_of(image), ARTIFACTS], image.lowers
             )
         except OSError as e:
             if e.errno in HOST_ERRNOS:
@@ -250,7 +259,10 @@ async def run_image_verifier(
 
 async def run_shared_verifier(task: TaskSource, image: Image, box: Any) -> Reward:
     """Harbor's shared mode: ``tests/test.sh`` in the agent's own sandbox, whose processes are
-    alive (``SharedImageSandbox``): the pristine tests copied in, the logs wiped first."""
+    alive (``SharedImageSandbox``), the pristine tests copied in. The verifier runs in a PID
+    namespace of its own with a private ``/logs/verifier`` (``envlab-enter --isolate``): the
+    agent's processes can neither see its processes nor write its reward, which comes back on
+    the reporting process's last line."""
     for target in ("/tests", LOGS, REPORT):
         await asyncio.to_thread(box.clear, target)
     await asyncio.to_thread(
@@ -258,11 +270,14 @@ async def run_shared_verifier(task: TaskSource, image: Image, box: Any) -> Rewar
     )
     env = verifier_image_env(task, image)
     env |= verifier_kit.image_kit_env(env)
-    env |= {"ENVLAB_KEEP_OTHERS": "1", "ENVLAB_EVENTS": f"{REPORT}/events"}
+    env |= {PRIVATE_LOGS: LOGS, "ENVLAB_EVENTS": f"{REPORT}/events"}
     report, timeout = box.shared(REPORT), task.config.verifier.timeout_sec
-    return await run_tests(
-        box, ["sh", f"{verifier_kit.IMAGE_KIT}/report.sh"], timeout=timeout,
-        logs=box.shared(LOGS), events=report / "events", env=env,
-        needs_network=report / "needs-network.txt",
-        details={"sandbox_mode": "image", "verifier_mode": "shared"},
-    )  # fmt: skip
+    logs = scratch("shared-logs")
+    try:
+        return await run_tests(
+            box, ["sh", f"{verifier_kit.IMAGE_KIT}/report.sh"], timeout=timeout, logs=logs,
+            events=report / "events", env=env, needs_network=report / "needs-network.txt",
+            details={"sandbox_mode": "image", "verifier_mode": "shared"},
+        )  # fmt: skip
+    finally:
+        await asyncio.to_thread(remove_tree, logs)

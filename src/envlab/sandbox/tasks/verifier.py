@@ -18,6 +18,7 @@ nothing offline could serve, ``needs the network``.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import errno
 import json
@@ -144,6 +145,15 @@ def parse_events(text: str) -> tuple[list[str], list[str]]:
     return sorted(started - finished), missing[:20]
 
 
+def _unpack(files: dict[str, Any], logs: Path) -> None:
+    """The reward files a reporting process carried on its line (base64) into ``logs``."""
+    for name in REWARD_FILES:
+        data = files.get(name)
+        if isinstance(data, str):
+            with contextlib.suppress(ValueError):
+                (logs / name).write_bytes(base64.b64decode(data, validate=True)[:65536])
+
+
 def logs_problems(logs: Path) -> list[str]:
     """Ways test.sh's own write of the reward may have been blocked: a reward file made
     read-only or not a regular file, the disk under it full."""
@@ -206,6 +216,8 @@ def judge(
 ) -> Reward:
     """The valid reward of one run of the reporting process, or ``GraderFailed`` saying why."""
     report, out = end_report(res)
+    if report and isinstance(report.get("files"), dict):
+        _unpack(report["files"], logs)
     details = {
         **(details or {}),
         "verifier_exit_code": report.get("exit_code") if report else None,

@@ -102,6 +102,7 @@ def image_kit_env(base: dict[str, str]) -> dict[str, str]:
         "PYTEST_PLUGINS": plugins,
         "PYTHONSAFEPATH": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
     }
 
 

@@ -1,16 +1,18 @@
 # envlab's reporting process in an image: the verifier sandbox's first process, run by the
-# image's own sh (pristine in the separate mode). It runs bash /tests/test.sh, then (unless
-# ENVLAB_KEEP_OTHERS is set: the shared mode, where the agent's processes live on) kills every
-# other process of this PID namespace until none is left, and prints on its last line, as the
-# host mode's verifier_run.py does,
-#   ENVLAB-VERIFIER-END {"exit_code": N, "signal": N|null, "stragglers": N}
+# image's own sh (pristine in the separate mode). It runs bash /tests/test.sh, then kills every
+# other process of this PID namespace until none is left (in the shared mode it is the first
+# process of a PID namespace of its own: the agent's live processes are not in it), and prints
+# on its last line, as the host mode's verifier_run.py does,
+#   ENVLAB-VERIFIER-END {"exit_code": N, "signal": N|null, "stragglers": N, "files": {...}}
+# where "files" carries the reward files of a private logs directory (ENVLAB_PRIVATE_LOGS),
+# base64, as no process of the host can read that directory.
 # The host trusts that line only when this process itself exited 0: code under test that kills
 # it leaves no valid grade. When nothing else is alive, nothing can write after this line.
 bash /tests/test.sh </dev/null
 status=$?
 left=0
 rounds=0
-while [ -z "$ENVLAB_KEEP_OTHERS" ] && [ "$rounds" -lt 500 ]; do
+while [ "$rounds" -lt 500 ]; do
   found=0
   for p in /proc/[0-9]*; do
     pid=${p#/proc/}
@@ -27,6 +29,16 @@ while [ -z "$ENVLAB_KEEP_OTHERS" ] && [ "$rounds" -lt 500 ]; do
 done
 signal=null
 [ "$status" -gt 128 ] && signal=$((status - 128))
-printf '\nENVLAB-VERIFIER-END {"exit_code": %s, "signal": %s, "stragglers": %s}\n' \
-  "$status" "$signal" "$left"
+# a private logs directory (the shared mode: nothing of the host reads it) travels on this line
+files=
+if [ -n "$ENVLAB_PRIVATE_LOGS" ]; then
+  for f in reward.txt reward.json rewards.json; do
+    p="$ENVLAB_PRIVATE_LOGS/$f"
+    [ -f "$p" ] && [ ! -L "$p" ] || continue
+    b=$(head -c 65536 "$p" | base64 | tr -d '\n')
+    files="$files${files:+, }\"$f\": \"$b\""
+  done
+fi
+printf '\nENVLAB-VERIFIER-END {"exit_code": %s, "signal": %s, "stragglers": %s, "files": {%s}}\n' \
+  "$status" "$signal" "$left" "$files"
 exit 0

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 END = "ENVLAB-VERIFIER-END "
 # git config keys kept in the verifier's view: none of them names a program to run
@@ -80,7 +81,7 @@ def _quote(value: str) -> str:
 def prepare(root: str) -> list[dict[str, str]]:
     """Make the view of ``root`` safe to grade; return what was removed or changed."""
     changed: list[dict[str, str]] = []
-    for path, dirs, files in os.walk(root):
+    for path, dirs, files in _walk(root):
         for d in list(dirs):
             if d == "__pycache__":
                 full = os.path.join(path, d)
@@ -107,8 +108,24 @@ def prepare(root: str) -> list[dict[str, str]]:
     return changed
 
 
+def _walk(root: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk`` (top-down, ``dirs`` may be pruned) without recursion: a tree deeper than
+    Python's recursion limit is walked too. Links are not followed."""
+    stack = [root]
+    while stack:
+        path = stack.pop()
+        try:
+            entries = list(os.scandir(path))
+        except OSError:
+            continue
+        dirs = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+        files = [e.name for e in entries if not e.is_dir(follow_symlinks=False)]
+        yield path, dirs, files
+        stack += [os.path.join(path, d) for d in dirs]
+
+
 def _remove_tree(path: str) -> None:
-    for p, dirs, files in os.walk(path, topdown=False):
+    for p, dirs, files in _bottom_up(path):
         for n in files:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(p, n))
@@ -118,6 +135,11 @@ def _remove_tree(path: str) -> None:
                 os.unlink(full) if os.path.islink(full) else os.rmdir(full)
     with contextlib.suppress(OSError):
         os.rmdir(path)
+
+
+def _bottom_up(root: str) -> list[tuple[str, list[str], list[str]]]:
+    """Every directory under ``root`` (itself too), deepest first, without recursion."""
+    return list(_walk(root))[::-1]
 
 
 def _others() -> list[int]:
