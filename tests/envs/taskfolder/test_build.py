@@ -104,3 +104,29 @@ async def test_an_unmet_from_is_said_once_per_run_per_image(tmp_path: Path) -> N
     lines = [str(w.message) for w in caught if image in str(w.message)]
     assert len(lines) == 2, lines
     assert lines[0].startswith(f"FROM {image} is not met") and "once per run" in lines[0]
+
+
+async def test_heredocs_and_copy_flags_build_in_the_host_mode(tmp_path: Path) -> None:
+    """What the one reader gives the host mode: heredocs in RUN and COPY, ``--exclude``, and
+    ``--chmod`` on a copied directory's files, dotfiles included."""
+    dockerfile = (
+        "FROM x\nWORKDIR /app\n"
+        "RUN <<EOF\necho one > run.txt\necho two >> run.txt\nEOF\n"
+        "COPY <<EOF notes/inline.txt\ninline body\nEOF\n"
+        "COPY --chmod=600 --exclude=*.skip conf/ conf/\n"
+    )
+    files = {"conf/.hidden": "h", "conf/a.txt": "a", "conf/b.skip": "s"}
+    path = make_task(tmp_path, dockerfile=dockerfile, files=files)
+    app = (await prepare_workspace(load_task_folder(path))).app_dir
+    assert (app / "run.txt").read_text() == "one\ntwo\n"
+    assert (app / "notes" / "inline.txt").read_text() == "inline body\n"
+    assert (app / "conf" / ".hidden").stat().st_mode & 0o777 == 0o600
+    assert (app / "conf" / "a.txt").stat().st_mode & 0o777 == 0o600
+    assert not (app / "conf" / "b.skip").exists()
+
+
+async def test_a_failing_setup_script_says_so(tmp_path: Path) -> None:
+    path = make_task(tmp_path, files={"setup.sh": "echo nope >&2; exit 4\n"})
+    with pytest.raises(DockerfileError) as e:
+        await prepare_workspace(load_task_folder(path))
+    assert "`bash setup.sh` exited with code 4" in str(e.value) and "nope" in str(e.value)

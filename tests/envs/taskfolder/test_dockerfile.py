@@ -9,9 +9,9 @@ from envlab.sandbox.tasks.dockerfile import (
     DockerfileError,
     Run,
     logical_lines,
-    parse_dockerfile,
     substitute,
 )
+from envlab.sandbox.tasks.host_build import parse_dockerfile
 
 
 def test_continuations_and_comments() -> None:
@@ -66,7 +66,9 @@ def test_a_typical_harbor_dockerfile() -> None:
         ("COPY a /opt/a\n", 1, "outside the workspace"),
         ("WORKDIR /app\nUSER bob\n", 2, "switching users"),
         ("RUN --mount=type=cache,target=/x true\n", 1, "RUN flags"),
-        ("RUN <<EOF\necho\nEOF\n", 1, "heredocs"),
+        ("RUN true\nRUN --mount=type=secret,id=x true\n", 2, "--mount=type=secret"),
+        ("FROM a AS build\nRUN true\nFROM b\nCOPY --from=build /x /app/\n", 3, "multi-stage"),
+        ("RUN true\nFROM a\n", 2, "FROM must come before"),
         ("ONBUILD RUN true\n", 1, "ONBUILD is not supported"),
         ("SHELL bash\n", 1, "JSON list"),
     ],
@@ -75,6 +77,15 @@ def test_what_cannot_be_honoured_names_the_line(text: str, line: int, why: str) 
     with pytest.raises(DockerfileError) as e:
         parse_dockerfile(text, source="t/environment/Dockerfile")
     assert f"t/environment/Dockerfile:{line}:" in str(e.value) and why in str(e.value)
+
+
+def test_heredocs_work_in_the_host_mode_too() -> None:
+    """The one reader's heredocs: ``RUN <<EOF`` runs the body, ``COPY <<EOF`` writes a file."""
+    plan = parse_dockerfile("FROM a\nRUN <<EOF\necho hi\nEOF\nCOPY <<EOF notes.txt\nnote\nEOF\n")
+    run, copy = plan.steps
+    assert isinstance(run, Run) and run.argv == ("/bin/sh", "-c", "echo hi\n")
+    assert isinstance(copy, Copy) and copy.inline == (("EOF", "note\n"),)
+    assert copy.dest == "/app/notes.txt" and copy.sources == ()
 
 
 def test_user_root_shell_and_relative_workdir() -> None:

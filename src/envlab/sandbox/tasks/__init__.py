@@ -6,8 +6,13 @@ One protocol, ``TaskRuntime`` (``runtime.py``), two implementations: ``HostRunti
 ``TaskSource`` (``source.py``), never through the folder format itself.
 """
 
-from envlab.sandbox.tasks.dockerfile import BuildPlan, DockerfileError, parse_dockerfile
-from envlab.sandbox.tasks.host_build import PreparedWorkspace, prepare_workspace
+from envlab.sandbox.tasks.dockerfile import DockerfileError
+from envlab.sandbox.tasks.host_build import (
+    BuildPlan,
+    PreparedWorkspace,
+    parse_dockerfile,
+    prepare_workspace,
+)
 from envlab.sandbox.tasks.host_verifier import run_verifier
 from envlab.sandbox.tasks.reward_file import read_reward_files
 from envlab.sandbox.tasks.source import TaskSource

@@ -1,46 +1,66 @@
 """Prepare a task's workspace once per content hash; every episode then starts from a copy.
 
-The Dockerfile subset (see ``dockerfile``) is executed in a bubblewrap sandbox whose ``/app`` is
-the workspace being built: ``COPY`` streams files in as a tar archive, ``RUN`` runs there. A task
-without a Dockerfile gets every file of ``environment/`` in ``/app``, then ``setup.sh`` runs.
+The Dockerfile, read by ``dockerfile``, is checked and projected by ``host_plan`` onto what a
+sandbox over the host's root can honour, and its steps are done (``build_steps``) in one
+bubblewrap sandbox whose ``/app`` is the workspace being built. A task without a Dockerfile
+gets every file of ``environment/`` in ``/app``, then ``setup.sh`` runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import hashlib
-import io
 import json
 import os
-import shlex
 import shutil
 import sys
-import tarfile
 import tempfile
 import time
 import warnings
 import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from envlab.sandbox import BubblewrapSandbox, Limits, Sandbox
+from envlab.sandbox import APP, BubblewrapSandbox, Limits, Sandbox
+from envlab.sandbox.image.store import ImageConfig
+from envlab.sandbox.tasks.build_steps import Steps, walk
 from envlab.sandbox.tasks.dockerfile import (
-    APP,
-    BuildPlan,
     Copy,
     DockerfileError,
     Run,
-    parse_dockerfile,
+    Setting,
+    Stage,
+    Step,
+    Workdir,
+    parse_stages,
 )
 from envlab.sandbox.tasks.source import TaskSource
 from envlab.sandbox.workspace import chown_tree
 
-BUILDER_VERSION = "2"
+BUILDER_VERSION = "3"
 SETUP_SCRIPT = "setup.sh"
 _locks: weakref.WeakValueDictionary[tuple[int, str], asyncio.Lock] = weakref.WeakValueDictionary()
 """One build at a time per (event loop, build key); a lock lives while a build holds it."""
+
+_ROOT = ("root", "0", "0:0", "root:root")
+_IGNORED = {"LABEL", "MAINTAINER", "EXPOSE", "CMD", "ENTRYPOINT", "HEALTHCHECK",
+            "STOPSIGNAL", "VOLUME"}  # fmt: skip
+"""Recorded and ignored in the host mode (and ``USER root``)."""
+
+
+@dataclass(slots=True)
+class BuildPlan:
+    """What to do in the workspace, in order, and the state it is left in."""
+
+    steps: list[Step] = field(default_factory=list)
+    workdir: str = APP
+    env: dict[str, str] = field(default_factory=dict)
+    base_image: str | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 class PreparedWorkspace(BaseModel):
@@ -89,8 +109,77 @@ def plan_for(task: TaskSource) -> BuildPlan:
         if (env_dir / SETUP_SCRIPT).is_file():
             plan.steps.append(Copy(0, (SETUP_SCRIPT,), "/tmp/envlab-setup.sh"))
             argv = ("bash", "/tmp/envlab-setup.sh")
-            plan.steps.append(Run(0, argv, APP, (), f"environment/{SETUP_SCRIPT}"))
+            plan.steps.append(Run(0, argv, APP, (), f"bash {SETUP_SCRIPT}"))
     return plan
+
+
+def parse_dockerfile(text: str, *, source: str = "Dockerfile") -> BuildPlan:
+    """The host mode's plan of the Dockerfile ``text`` (``FROM`` optional)."""
+    stages = parse_stages(
+        text, source=source, base_config=lambda _ref: ImageConfig(workdir=APP), need_from=False
+    )
+    return host_plan(stages, source)
+
+
+def _inside_app(path: str) -> bool:
+    return path == APP or path.startswith(APP + "/")
+
+
+def host_plan(stages: list[Stage], source: str) -> BuildPlan:
+    """``stages`` as a build over the workspace ``/app`` on the host's system, or an error
+    naming the first line the host mode cannot honour."""
+
+    def fail(line: int, text: str, why: str) -> DockerfileError:
+        return DockerfileError(f"{source}:{line}: `{text}`: {why}")
+
+    if len(stages) > 1:
+        why = "multi-stage builds are not supported (one FROM only)"
+        raise fail(stages[1].line, stages[1].text, why)
+    stage = stages[0]
+    plan = BuildPlan(
+        workdir=stage.config.workdir, env=dict(stage.config.env), base_image=stage.base or None
+    )
+    if stage.base:
+        plan.notes.append(
+            f"{source}:{stage.line}: FROM {stage.base} is not met: there is no image; "
+            "commands run on the host's system directories, read-only"
+        )
+    for item in sorted([*stage.steps, *stage.settings], key=lambda s: s.line):
+        if isinstance(item, Setting):
+            if item.keyword == "USER" and item.value not in _ROOT:
+                why = "switching users is not supported: every command runs as the sandbox's own "
+                raise fail(item.line, item.text, why + "unprivileged user")
+            if item.keyword == "USER":
+                plan.notes.append(
+                    f"{source}:{item.line}: USER root ignored (the sandbox user is used)"
+                )
+            elif item.keyword in _IGNORED:
+                plan.notes.append(f"{source}:{item.line}: {item.keyword} ignored")
+            continue
+        if why := _host_refusal(item):
+            raise fail(item.line, item.text, why)
+        plan.steps.append(replace(item, chown=None) if isinstance(item, Copy) else item)
+    return plan
+
+
+def _host_refusal(step: Step) -> str | None:
+    """Why the host mode cannot honour ``step``, or None."""
+    if isinstance(step, Workdir) and not _inside_app(step.path):
+        return f"the workspace is {APP}: use WORKDIR {APP} or a directory below"
+    if isinstance(step, Run) and step.flags:
+        return "RUN flags (--mount, --network, ...) are not supported"
+    if not isinstance(step, Copy):
+        return None
+    if step.from_stage is not None:
+        return "--from is not supported (only local files can be copied)"
+    for s in step.sources:
+        if "://" in s:
+            return "URLs cannot be fetched at build time; vendor the file"
+        if s.startswith("/"):
+            return f"source {s!r} is outside the build context (environment/)"
+    if not _inside_app(step.dest.rstrip("/") or "/"):
+        return f"destination {step.dest!r} is outside the workspace {APP}"
+    return None
 
 
 async def prepare_workspace(task: TaskSource) -> PreparedWorkspace:
@@ -190,133 +279,36 @@ def workspace_digest(root: Path, *, max_file_bytes: int = 16 << 20) -> str:
 
 async def _execute(task: TaskSource, plan: BuildPlan, app: Path) -> None:
     cfg = task.config.environment
-    deadline = time.monotonic() + cfg.build_timeout_sec
+    network = task.config.network_for("setup")
     box = await BubblewrapSandbox.create(
         app_dir=app,
-        network=task.config.network_for("setup"),
+        network=network,
         limits=Limits(memory_bytes=(cfg.memory_mb or 4096) << 20),
         env={**plan.env, **cfg.env},
         name=f"build-{task.name}",
     )
+    hint = (
+        "Build commands run as an unprivileged user on the host's read-only system"
+        + ("" if network else " without network")
+        + ": install system packages on the host, vendor downloads into environment/."
+    )
     try:
-        ignore = await asyncio.to_thread(_dockerignore, task.environment_dir)
-        for step in plan.steps:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise DockerfileError(
-                    f"task {task.name}: the build took longer than "
-                    f"[environment] build_timeout_sec = {cfg.build_timeout_sec}"
-                )
-            if isinstance(step, Copy):
-                await _copy(box, task, step, ignore)
-            else:
-                await _run(box, task, step, left)
+        steps = await asyncio.to_thread(Steps, task, _source(task), hint=hint)
+        await walk(plan.steps, _Workspace(box), steps)
     finally:
         await box.close()
 
 
-async def _run(box: Sandbox, task: TaskSource, step: Run, timeout: float) -> None:
-    res = await box.exec(list(step.argv), cwd=step.workdir, env=dict(step.env), timeout=timeout)
-    if res.ok:
-        return
-    where = f"{_source(task)}:{step.line}" if step.line else _source(task)
-    why = "timed out" if res.timed_out else f"exited with code {res.exit_code}"
-    tail = (res.stderr.strip() or res.stdout.strip())[-1500:]
-    raise DockerfileError(
-        f"{where}: `RUN {step.text}` {why}:\n{tail}\n"
-        "Build commands run as an unprivileged user on the host's read-only system"
-        + ("" if task.config.network_for("setup") else " without network")
-        + ": install system packages on the host, vendor downloads into environment/."
-    )
+@dataclass
+class _Workspace:
+    """Where the host mode's steps land: the one sandbox over the workspace being built."""
+
+    box: Sandbox
+
+    @asynccontextmanager
+    async def open(self, _step: Step) -> AsyncIterator[Sandbox]:
+        yield self.box
 
 
 def _source(task: TaskSource) -> str:
     return str((task.dockerfile or task.environment_dir).relative_to(task.path.parent))
-
-
-def _dockerignore(context: Path) -> list[str]:
-    f = context / ".dockerignore"
-    if not f.is_file():
-        return []
-    lines = [ln.strip() for ln in f.read_text().splitlines()]
-    return [ln.rstrip("/") for ln in lines if ln and not ln.startswith(("#", "!"))]
-
-
-def _ignored(rel: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatch(rel, p) or rel.startswith(p + "/") for p in patterns)
-
-
-async def _copy(box: Sandbox, task: TaskSource, step: Copy, ignore: list[str]) -> None:
-    where = f"{_source(task)}:{step.line}" if step.line else _source(task)
-    archive, script, target = await asyncio.to_thread(_copy_archive, task, step, ignore, where)
-    _, res = await box.exec_bytes(["sh", "-c", script], stdin=archive, timeout=300)
-    if res.exit_code != 0:
-        raise DockerfileError(f"{where}: copying into {target} failed: {res.stderr[-800:]}")
-
-
-def _copy_archive(
-    task: TaskSource, step: Copy, ignore: list[str], where: str
-) -> tuple[bytes, str, str]:
-    """The tar archive of a ``COPY``'s sources, the script that unpacks it, and its target."""
-    context = task.environment_dir.resolve()
-    matched: list[Path] = []
-    for pattern in step.sources:
-        hits = sorted(context.glob(pattern)) if any(c in pattern for c in "*?[") else [
-            context / pattern
-        ]  # fmt: skip
-        hits = [h for h in hits if h.exists() and h.resolve().is_relative_to(context)]
-        if not hits:
-            raise DockerfileError(f"{where}: COPY source {pattern!r} not found in {context}")
-        matched += hits
-    archive = step.extract and matched[0].is_file() and tarfile.is_tarfile(matched[0])
-    single_file = len(matched) == 1 and matched[0].is_file() and not archive
-    single_file = single_file and not step.dest.endswith("/")
-    buf = io.BytesIO()
-    names: list[str] = []
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for src in matched:
-            if step.extract and src.is_file() and tarfile.is_tarfile(src):
-                _append_archive(tar, src)
-            elif src.is_dir():
-                for child in sorted(src.rglob("*")):
-                    rel = child.relative_to(context).as_posix()
-                    if not _ignored(rel, [*ignore, *step.exclude]):
-                        arcname = child.relative_to(src).as_posix()
-                        tar.add(child, arcname=arcname, recursive=False)
-                        names.append(arcname)
-            else:
-                tar.add(src, arcname=src.name, recursive=False)
-                names.append(src.name)
-    if single_file:
-        # Docker: a destination without a trailing slash is the file's new name, unless it is
-        # an existing directory
-        target = step.dest
-        d, name = shlex.quote(target), shlex.quote(matched[0].name)
-        script = (
-            f"if [ -d {d} ]; then tar -x --no-same-owner -f - -C {d}; else "
-            f'mkdir -p -- "$(dirname -- {d})" && t=$(mktemp -d) && '
-            f'tar -x --no-same-owner -f - -C "$t" && mv -f -- "$t"/{name} {d}; fi'
-        )
-        names = [target]
-    else:
-        target = step.dest.rstrip("/")
-        q = shlex.quote(target)
-        script = f"mkdir -p -- {q} && tar -x --no-same-owner -f - -C {q}"
-        names = [f"{target}/{n}" for n in names]
-    if step.chmod is not None:
-        quoted = " ".join(shlex.quote(n) for n in names)
-        script += f" && chmod {step.chmod:o} -- {quoted}"
-    return buf.getvalue(), script, target
-
-
-def _append_archive(tar: tarfile.TarFile, archive: Path) -> None:
-    """ADD of a local archive: its members, uncompressed, filtered like a safe extraction."""
-    with tarfile.open(archive) as src:
-        for original in src.getmembers():
-            try:
-                member = tarfile.data_filter(original, "/")
-            except tarfile.FilterError as e:
-                raise DockerfileError(f"ADD {archive.name}: unsafe archive member: {e}") from e
-            member = member.replace(uid=0, gid=0, uname="", gname="", deep=False)
-            fileobj = src.extractfile(original) if member.isfile() else None
-            tar.addfile(member, fileobj)
