@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from envlab.core.errors import ConfigError
 from envlab.sandbox.image.bases import recipe_for, registered
-from envlab.sandbox.tasks.dockerfile_stages import CopyStep, parse_stages
+from envlab.sandbox.tasks.dockerfile import Copy, parse_stages
 from envlab.sandbox.tasks.source import TaskSource
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def host_mode_reason(folder: TaskSource, setting: str) -> str | None:
     names = {s.name for s in stages if s.name} | {str(s.index) for s in stages}
     refs = [s.base for s in stages if s.base_stage is None]
     refs += [c.from_stage for s in stages for c in s.steps
-             if isinstance(c, CopyStep) and c.from_stage and c.from_stage not in names]  # fmt: skip
+             if isinstance(c, Copy) and c.from_stage and c.from_stage not in names]  # fmt: skip
     for ref in refs:
         try:
             recipe_for(ref)
