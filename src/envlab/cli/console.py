@@ -58,6 +58,8 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 def run_app(typer_app: typer.Typer) -> None:
     """Run ``typer_app``: an ``EnvlabError`` is one line on stderr (exit 2), never a traceback."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[LazyRichHandler()])
+    # what is built before the episodes start (bases, image layers) is progress users see
+    logging.getLogger("envlab.prepare").setLevel(logging.INFO)
     try:
         typer_app()
     except Exception as e:

@@ -75,6 +75,13 @@ class EnvSpec(ABC):
         """The limits of an episode of ``task`` (``default_limits`` unless the task says)."""
         return self.default_limits
 
+    async def prepare(self, tasks: Iterable[Task]) -> None:
+        """Build what the episodes of ``tasks`` share (images, workspaces) before any of them
+        starts, so that no episode's reset limit pays for it. The episode driver calls it once
+        per run; it reports its progress on the ``envlab.prepare`` logger. A task that cannot
+        be prepared is left for its episodes to report. The default has nothing to build."""
+        del tasks
+
     def code(self) -> Iterable[type]:
         """The classes whose source defines this environment (hashed by ``content_hash``)."""
         yield type(self)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -225,6 +225,9 @@ class WrappedSpec(EnvSpec):
 
     def new_episode(self) -> Environment:
         return self.wrapper(self.inner.new_episode(), **self.params)
+
+    async def prepare(self, tasks: Iterable[Task]) -> None:
+        await self.inner.prepare(tasks)
 
     def content_hash(self) -> str:
         h = hashlib.sha256(self.inner.content_hash().encode())

@@ -120,6 +120,8 @@ async def run_episodes(
         raise ConfigError(f"--concurrency must be >= 1, got {concurrency}")
     plan = list(episodes)
     await check_privileges(plan)
+    # what the episodes share (images, workspaces) is built now, never inside a reset limit
+    await spec.prepare(list({p.task.id: p.task for p in plan}.values()))
     env_hash = spec.content_hash()
     results: list[Trajectory | None] = [None] * len(plan)
     work = iter(enumerate(plan))

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import logging
 import os
+import time
+from collections.abc import Callable, Iterable
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
@@ -19,11 +22,13 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from envlab.core import EnvSpec, Limits, NotFoundError, Task, TaskSet
-from envlab.core.errors import ConfigError
+from envlab.core.errors import ConfigError, EnvlabError
 from envlab.core.spec import canonical_json
 from envlab.envs.taskfolder.episode import TerminalEpisode
 from envlab.envs.taskfolder.model import TaskFolder, find_task_folders
 from envlab.sandbox import BackendName, backend
+
+prep_log = logging.getLogger("envlab.prepare")
 
 MAX_STEPS = 100
 """Steps (model turns) of one episode: a guard against an agent in a loop; time is bounded by
@@ -145,6 +150,30 @@ class TerminalEnv(EnvSpec):
             grade_timeout_s=cfg.verifier.timeout_sec + SETUP_MARGIN_S,
         )
 
+    async def prepare(self, tasks: Iterable[Task]) -> None:
+        """Each task's runtime before any episode: its image (the base too, once per machine)
+        and verifier caches, or its host workspace, and a shared task's calibration; each
+        layer's progress and each task's outcome on the ``envlab.prepare`` logger. A task that
+        cannot be prepared is left for its episodes to report (``env_error``/``infra_error``)."""
+        from envlab.sandbox.tasks.runtime import prepare_runtime
+
+        cfg = self.config
+        todo = list(tasks)
+        for i, task in enumerate(todo, 1):
+            folder = self.folder(task.id)
+            t0 = time.monotonic()
+            try:
+                runtime = await prepare_runtime(
+                    folder, images=cfg.images, verifier_mode=cfg.verifier_mode,
+                    backend=cfg.sandbox, progress=_layer_progress(folder.name),
+                )  # fmt: skip
+            except EnvlabError as e:
+                prep_log.warning("[%d/%d] %s: not prepared (%s)", i, len(todo), folder.name, e)
+                continue
+            took = time.monotonic() - t0
+            prep_log.info("[%d/%d] %s: %s, %s verifier (%.1fs)", i, len(todo), folder.name,
+                          runtime.mode, runtime.verifier_mode, took)  # fmt: skip
+
     def content_hash(self) -> str:
         """The code (this package's modules and the verifier's kit, and the classes of
         ``code()``), the config but its path, the name and each task folder's files."""
@@ -191,6 +220,14 @@ def _package_digest() -> str:
             if entry.is_file() and entry.name.endswith((".py", ".sh")):
                 h.update(f"{entry.name}\0".encode() + entry.read_bytes())
     return h.hexdigest()
+
+
+def _layer_progress(task: str) -> Callable[[str, bool, float], None]:
+    def progress(what: str, cached: bool, seconds: float) -> None:
+        if not cached:
+            prep_log.info("  %s: built %s (%.1fs)", task, what, seconds)
+
+    return progress
 
 
 def load_task_env(path: str | Path, **config: Any) -> TerminalEnv:

@@ -204,6 +204,20 @@ def registered(ref: str) -> Path | None:
     return path if path.is_dir() else None
 
 
+def buildable_here(ref: str) -> str | None:
+    """None when ``FROM ref`` can be had on this machine (registered, already built, or
+    mmdebstrap is installed to build it); else why not, saying how to fix it."""
+    if registered(ref) is not None:
+        return None
+    recipe = recipe_for(ref)
+    if (images_root() / "bases" / recipe.key / "rootfs").is_dir() or shutil.which("mmdebstrap"):
+        return None
+    return (
+        f"mmdebstrap is not installed, so the base of FROM {ref} cannot be built: "
+        "`apt-get install mmdebstrap` (Debian's package) to run tasks in their images"
+    )
+
+
 def ensure_base(ref: str, progress: Callable[[str], None] = lambda _: None) -> BaseImage:
     """The base of ``FROM ref``: a registered one, else built from its recipe once."""
     local = registered(ref)

@@ -61,13 +61,16 @@ class ImageRuntime:
         compose_notes(task)  # refuses sidecars before building anything
         image = await build_image(task, **({"progress": progress} if progress else {}))
         prep = await prepare_verifier(task, image)
-        return cls(task, image, prep, shared)
+        runtime = cls(task, image, prep, shared)
+        if shared:
+            memory = (task.config.environment.memory_mb or 4096) << 20
+            await runtime.calibrate(Limits(memory_bytes=memory))
+        return runtime
 
     async def open(self, limits: Limits, name: str) -> Sandbox:
         task = self.task
         try:
             if self.verifier_mode == "shared":
-                await self.calibrate(limits)
                 return await self._shared_box(limits, name)
             return await ImageSandbox.create(
                 image=self.image, limits=limits, network=task.config.network_for("agent"),

@@ -17,13 +17,14 @@ episode, ``envlab task`` and ``envlab vet`` only call ``prepare_runtime`` and th
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from envlab.core.errors import ConfigError
-from envlab.sandbox.image.bases import recipe_for, registered
+from envlab.sandbox.image.bases import buildable_here, recipe_for, registered
 from envlab.sandbox.tasks.dockerfile import Copy, parse_stages
 from envlab.sandbox.tasks.source import TaskSource
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from envlab.core.rubric import Reward
     from envlab.sandbox.base import Limits, Sandbox
 
+log = logging.getLogger(__name__)
 VerifierMode = Literal["task", "separate", "shared"]
 BuildProgress = Callable[[str, bool, float], None]
 
@@ -127,7 +129,21 @@ def host_mode_reason(folder: TaskSource, setting: str) -> str | None:
         except ConfigError as e:
             if not registered(ref):
                 return str(e)
+        why = buildable_here(ref)
+        if why is not None:
+            _say_once(why)
+            return why
     return None
+
+
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    """Warn once per process (every task of a run would say the same)."""
+    if message not in _said:
+        _said.add(message)
+        log.warning("%s; those tasks run in the host-filesystem mode instead", message)
 
 
 def compose_notes(folder: TaskSource) -> list[str]:
