@@ -7,7 +7,10 @@ new namespaces (``unshare``/``clone`` with a ``CLONE_NEW*`` flag, ``setns``), ev
 call, ``ptrace`` and ``process_vm_readv/writev``, ``kcmp``, ``pidfd_getfd``, ``bpf``,
 ``perf_event_open``, ``userfaultfd``, ``io_uring_*`` (its requests are not filtered), module
 loading, ``kexec_*``, ``reboot``, ``swapon/off``, ``acct``, clocks, ``quotactl``, ``syslog``,
-file handles. ``clone3`` gets ``ENOSYS``: its flags live in memory a filter cannot read, and libc
+file handles. ``chroot`` is allowed, as in Docker's profile: in an image it needs
+``CAP_SYS_CHROOT`` (Docker's set; sshd's privilege separation chroots every connection) and
+leads nowhere above the sandbox's own root (bwrap pivots the root); in the host mode the
+sandbox's user has no capability for it. ``clone3`` gets ``ENOSYS``: its flags live in memory a filter cannot read, and libc
 then falls back to ``clone``. A system call of another ABI (i386 ``int 0x80`` on x86_64, arm32
 on aarch64) kills the process; x32 calls get ``ENOSYS``. Everything else is allowed.
 
@@ -25,7 +28,7 @@ from functools import cache
 from envlab.core.errors import ConfigError
 
 BLOCKED = (
-    "acct", "add_key", "bpf", "chroot", "clock_adjtime", "clock_settime", "create_module",
+    "acct", "add_key", "bpf", "clock_adjtime", "clock_settime", "create_module",
     "delete_module", "fanotify_init", "finit_module", "fsconfig", "fsmount", "fsopen", "fspick",
     "get_kernel_syms", "init_module", "io_uring_enter", "io_uring_register", "io_uring_setup",
     "ioperm", "iopl", "kcmp", "kexec_file_load", "kexec_load", "keyctl", "lookup_dcookie",

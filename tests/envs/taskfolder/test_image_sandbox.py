@@ -4,6 +4,7 @@ Docker's capabilities, a PID namespace per command, kill_all and timeouts that l
 from __future__ import annotations
 
 import asyncio
+import shlex
 import socket
 import threading
 from pathlib import Path
@@ -226,3 +227,32 @@ def test_a_timeout_kills_every_process(image: Image) -> None:
     timed_out, procs = asyncio.run(go())
     assert timed_out
     assert procs == 0
+
+
+def test_chroot_works_as_in_docker_and_stays_inside(image: Image) -> None:
+    """sshd's privilege separation chroots every connection (Docker allows it with
+    CAP_SYS_CHROOT): a chroot works, and a chroot jail's escape reaches only the sandbox's root."""
+    escape = (
+        "import os\n"
+        "os.makedirs('/tmp/jail', exist_ok=True)\n"
+        "fd = os.open('/', os.O_RDONLY)\n"
+        "os.chroot('/tmp/jail')\n"
+        "os.fchdir(fd)\n"
+        "for _ in range(64):\n"
+        "    os.chdir('..')\n"
+        "os.chroot('.')\n"
+        "print('escaped to', sorted(os.listdir('/'))[:40])\n"
+    )
+
+    async def go() -> tuple[int, str, str]:
+        box = await _box(image)
+        try:
+            return await _sh(box, f"python3 -c {shlex.quote(escape)}")
+        finally:
+            await box.close()
+
+    code, out, _ = asyncio.run(go())
+    assert code == 0, out
+    # the "escape" lands on the sandbox's own root: the image's files, never the host's
+    assert "escaped to" in out and "'etc'" in out
+    assert "'work'" not in out, out

@@ -134,6 +134,10 @@ class VerifierSection(_NetworkPolicy):
     env: dict[str, str] = Field(default_factory=dict)
     user: str | int | None = None
     environment: VerifierEnvironment | None = None
+    environment_mode: Literal["separate", "shared"] = "separate"
+    """Harbor's verifier mode: ``separate`` (the default: a fresh sandbox of the pristine image,
+    the agent's workspace carried) or ``shared`` (the agent's own sandbox, its processes alive,
+    with tamper evidence)."""
 
     def unknown_keys(self) -> list[str]:
         inner = self.environment.unknown_keys() if self.environment is not None else []

@@ -183,4 +183,4 @@ def shared_verifier(folder: TaskSource, forced: str = "task") -> bool:
     if forced != "task":
         return forced == "shared"
     v = folder.config.verifier
-    return (getattr(v, "model_extra", None) or {}).get("environment_mode") == "shared"
+    return getattr(v, "environment_mode", "separate") == "shared"
