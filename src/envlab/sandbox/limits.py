@@ -182,8 +182,11 @@ class Cgroup:
         (self.path / "cgroup.procs").write_text(str(pid))
 
     def remove(self) -> bool:
-        """Remove the cgroup; False while processes remain in it."""
+        """Remove the cgroup (and the cgroups made under it); False while processes remain."""
         try:
+            for child in sorted(self.path.glob("*/"), reverse=True):
+                if child.is_dir() and (child / "cgroup.procs").exists():
+                    child.rmdir()
             self.path.rmdir()
         except FileNotFoundError:
             return True

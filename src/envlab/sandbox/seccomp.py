@@ -10,9 +10,10 @@ loading, ``kexec_*``, ``reboot``, ``swapon/off``, ``acct``, clocks, ``quotactl``
 file handles. ``chroot`` is allowed, as in Docker's profile: in an image it needs
 ``CAP_SYS_CHROOT`` (Docker's set; sshd's privilege separation chroots every connection) and
 leads nowhere above the sandbox's own root (bwrap pivots the root); in the host mode the
-sandbox's user has no capability for it. ``clone3`` gets ``ENOSYS``: its flags live in memory a filter cannot read, and libc
-then falls back to ``clone``. A system call of another ABI (i386 ``int 0x80`` on x86_64, arm32
-on aarch64) kills the process; x32 calls get ``ENOSYS``. Everything else is allowed.
+sandbox's user has no capability for it. ``clone3`` gets ``ENOSYS``: its flags live in memory a
+filter cannot read, and libc then falls back to ``clone``. A system call of another ABI (i386
+``int 0x80`` on x86_64, arm32 on aarch64) kills the process; x32 calls get ``ENOSYS``.
+Everything else is allowed.
 
 No library: the program is ~70 instructions, generated here for x86_64 and aarch64 (the syscall
 numbers below; tests check them against libseccomp when it is installed).

@@ -48,8 +48,15 @@ SHARED_DIRS = {"/tests": False, "/logs/verifier": True, "/opt/envlab/report": Tr
 
 ENTER_DIR = "/opt/envlab/enter"
 PRIVATE_LOGS = "ENVLAB_PRIVATE_LOGS"
-"""A command whose environment names this runs isolated from the agent's live processes: a
-PID namespace of its own and a private, empty tmpfs at that path (Harbor's shared verifier)."""
+"""A command whose environment names this (Harbor's shared verifier, with ``VERIFIER_CGROUP``)
+runs apart from the agent's live processes, which it still sees: a private mount namespace whose
+``PRIVATE_LOGS`` is an empty tmpfs (``envlab-enter --isolate``), a cgroup of its own under the
+sandbox's (``VERIFIER_CGROUP``: how its reporting process tells its stragglers from the agent's
+processes), and ``CAP_WAKE_ALARM`` beside Docker's capabilities: a capability the agent's
+processes lack, so the kernel refuses them ``/proc/PID/root``, ``mem``, ``fd`` and ``environ``
+of the verifier's processes (``cap_ptrace_access_check``): they cannot reach its logs."""
+VERIFIER_CGROUP = "ENVLAB_VERIFIER_CGROUP"
+_CAP_WAKE_ALARM = 35
 _CAP_BITS = {"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_FOWNER": 3, "CAP_FSETID": 4,
              "CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SETPCAP": 8,
              "CAP_NET_BIND_SERVICE": 10, "CAP_NET_RAW": 13, "CAP_SYS_CHROOT": 18,
@@ -201,18 +208,20 @@ class SharedImageSandbox(ImageSandbox):
             cmd = [*setpriv, "--", *req.argv]
         else:
             cmd = list(req.argv)
-        join = f'echo $$ > {self._cgroup.path}/cgroup.procs && exec "$@"'
+        private = env.get(PRIVATE_LOGS)
+        cgroup, caps = self._cgroup.path, _caps_mask()
+        if private:  # the verifier: its own cgroup (its stragglers), logs and capability
+            cgroup = cgroup / str(env[VERIFIER_CGROUP])
+            cgroup.mkdir(exist_ok=True)
+            caps |= 1 << _CAP_WAKE_ALARM
+        join = f'echo $$ > {cgroup}/cgroup.procs && exec "$@"'
         r, w = os.pipe()
         os.write(w, host_program())
         os.close(w)
         argv = ["/bin/sh", "-c", join, "sh", self._nsenter, "-t", str(self._target)]
-        private = env.get(PRIVATE_LOGS)
-        if private:  # the verifier: a PID namespace of its own, its logs private (enter.c)
-            argv += ["-m", "-u", "-i", "-n", "-r", "--", f"{ENTER_DIR}/envlab-enter"]
-            argv += ["--isolate", private]
-        else:
-            argv += ["-m", "-u", "-i", "-n", "-p", "-r", "--", f"{ENTER_DIR}/envlab-enter"]
-        argv += [f"{_caps_mask():x}", str(r) if self.seccomp else "-1", req.cwd]
+        argv += ["-m", "-u", "-i", "-n", "-p", "-r", "--", f"{ENTER_DIR}/envlab-enter"]
+        argv += ["--isolate", private] if private else []
+        argv += [f"{caps:x}", str(r) if self.seccomp else "-1", req.cwd]
         argv += [f"{k}={v}" for k, v in env.items()]
         argv += ["--", "/bin/sh", "-c", 'exec "$@"', "sh", *cmd]
         staged = []

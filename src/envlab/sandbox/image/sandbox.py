@@ -221,8 +221,9 @@ class ImageSandbox(Sandbox):
             return 0
         killed, t0 = 0, time.monotonic()
         while time.monotonic() - t0 < 10:
-            try:
-                pids = [int(p) for p in (self._cgroup.path / "cgroup.procs").read_text().split()]
+            try:  # the sandbox's cgroup and those under it (a shared verifier's)
+                procs = self._cgroup.path.glob("**/cgroup.procs")
+                pids = [int(p) for f in procs for p in f.read_text().split()]
             except (OSError, ValueError):
                 return killed
             if not pids:

@@ -41,23 +41,48 @@ class Armed:
 
 @dataclass
 class Expected:
-    """What the task expects the agent to change: the files (and links) the oracle changed,
-    by path. Only those: a directory the oracle created is no licence for any file in it (a
-    ``.pth`` beside the oracle's package would run in every python of the grade). ``dirs``
-    (the directories the oracle created whole) is kept for the record, not for ``covers``."""
+    """What the task expects the agent to change: the files (and links) the oracle changed, by
+    path; and ``volatile`` directories, under which two runs of the oracle wrote different names
+    (a run id, a temporary name), whose whole subtree is expected. A directory the oracle merely
+    created is no licence for any other file in it (a ``.pth`` beside the oracle's package would
+    run in every python of the grade)."""
 
     files: set[str] = field(default_factory=set)
-    dirs: set[str] = field(default_factory=set)
+    volatile: set[str] = field(default_factory=set)
 
     def covers(self, rel: str) -> bool:
-        return rel in self.files
+        if rel in self.files:
+            return True
+        parts = rel.split("/")
+        return any("/".join(parts[:i]) in self.volatile for i in range(1, len(parts)))
 
     def to_json(self) -> dict[str, list[str]]:
-        return {"files": sorted(self.files), "dirs": sorted(self.dirs)}
+        return {"files": sorted(self.files), "volatile": sorted(self.volatile)}
 
     @classmethod
     def from_json(cls, data: dict[str, list[str]]) -> Expected:
-        return cls(set(data.get("files", [])), set(data.get("dirs", [])))
+        return cls(set(data.get("files", [])), set(data.get("volatile", [])))
+
+    def merged(self, other: Expected) -> Expected:
+        """Both runs' files; where they differ, the deepest directory both runs wrote under
+        becomes volatile."""
+        ours, theirs = _dirs(self.files), _dirs(other.files)
+        volatile = set(self.volatile | other.volatile)
+        for f in self.files ^ other.files:
+            parts = f.split("/")[:-1]
+            while parts and not ("/".join(parts) in ours and "/".join(parts) in theirs):
+                parts.pop()
+            if parts:
+                volatile.add("/".join(parts))
+        return Expected(self.files | other.files, volatile)
+
+
+def _dirs(files: set[str]) -> set[str]:
+    out: set[str] = set()
+    for f in files:
+        parts = f.split("/")[:-1]
+        out |= {"/".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    return out
 
 
 def _walk(root: Path) -> list[tuple[str, os.stat_result]]:
@@ -119,25 +144,9 @@ def tainted(armed: Armed, expected: Expected) -> list[str]:
     return ["/" + rel for rel in touched(armed) if not expected.covers(rel)]
 
 
-def changed_by(layer: Path, lowers: list[Path]) -> Expected:
-    """What a run changed, from its upper ``layer`` over ``lowers``: every file and link, and
-    each directory that none of the lowers has (created whole: anything in it is expected)."""
-    exp = Expected()
-    for rel, _st in _walk(layer):
-        exp.files.add(rel)
-    stack = [""]
-    while stack:
-        rel = stack.pop()
-        with os.scandir(layer / rel if rel else layer) as it:
-            for e in it:
-                if not e.is_dir(follow_symlinks=False):
-                    continue
-                sub = f"{rel}/{e.name}" if rel else e.name
-                if any(os.path.isdir(low / sub) for low in lowers):
-                    stack.append(sub)
-                else:
-                    exp.dirs.add(sub)
-    return exp
+def changed_by(layer: Path) -> Expected:
+    """What a run changed, from its upper ``layer``: every file and link in it."""
+    return Expected({rel for rel, _st in _walk(layer)})
 
 
 def check_records_reads(scratch: Path) -> None:

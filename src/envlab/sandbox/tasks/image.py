@@ -40,6 +40,10 @@ from envlab.sandbox.tasks.image_verifier import (
 from envlab.sandbox.tasks.runtime import BuildProgress, compose_notes
 from envlab.sandbox.tasks.source import TaskSource
 
+SETTLE_S = 2.0
+"""How long the oracle's live processes (a server it started) get to write their first files
+before its changes are recorded for the shared mode's expectations."""
+
 
 class ImageRuntime:
     """Build one with ``await ImageRuntime.prepare(task, shared)``."""
@@ -91,18 +95,21 @@ class ImageRuntime:
         )  # fmt: skip
 
     async def calibrate(self, limits: Limits) -> tamper.Expected:
-        """What the task expects an agent to change: what its oracle's ``solve.sh`` changed
-        in a shared sandbox of the image (once per image and solution, then cached). No
-        solution: nothing is expected; every file of the agent's the grade uses taints it."""
+        """What the task expects an agent to change: what its oracle's ``solve.sh`` changed in
+        a shared sandbox of the image, over two runs (names that differ between them mark a
+        volatile directory), each measured once its live processes had ``SETTLE_S`` to write;
+        once per image and solution, then cached. No solution: nothing is expected; every file
+        of the agent's the grade uses taints it."""
         task = self.task
         if task.solution is None:
             return tamper.Expected()
         solution = await asyncio.to_thread(_tree_digest, task.solution_dir)
-        key = content_key("calibration-1", self.image.key, self.prep.layer is not None, solution)
+        key = content_key("calibration-2", self.image.key, self.prep.layer is not None, solution)
         path = images_root() / "calibration" / f"{key}.json"
         async with alocked(f"calibration-{key}"):
             if not path.is_file():
-                expected = await self._oracle_changes(limits)
+                first = await self._oracle_changes(limits)
+                expected = first.merged(await self._oracle_changes(limits))
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(expected.to_json()))
         return tamper.Expected.from_json(json.loads(path.read_text()))
@@ -114,11 +121,10 @@ class ImageRuntime:
             await asyncio.to_thread(
                 shutil.copytree, task.solution_dir, box.shared("/solution"), dirs_exist_ok=True
             )
-            res = await box.exec(
-                ["bash", "/solution/solve.sh"], timeout=task.config.agent.timeout_sec
-            )
-            lowers = [*self.image.lowers, *([self.prep.layer] if self.prep.layer else [])]
-            expected = await asyncio.to_thread(tamper.changed_by, box.upper, lowers)
+            timeout = task.config.agent.timeout_sec
+            res = await box.exec(["bash", "/solution/solve.sh"], timeout=timeout)
+            await asyncio.sleep(SETTLE_S)  # what it left running writes its first files
+            expected = await asyncio.to_thread(tamper.changed_by, box.upper)
         finally:
             await box.close()
         if res.timed_out:

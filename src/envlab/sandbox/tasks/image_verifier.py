@@ -18,13 +18,14 @@ import asyncio
 import contextlib
 import os
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
 from envlab.core.errors import GraderFailed, InfraError
 from envlab.core.rubric import Reward
 from envlab.sandbox import Limits, Mount, verifier_kit
-from envlab.sandbox.image.persistent import PRIVATE_LOGS
+from envlab.sandbox.image.persistent import PRIVATE_LOGS, VERIFIER_CGROUP
 from envlab.sandbox.image.runner import host_network_trust
 from envlab.sandbox.image.sandbox import STORAGE_BYTES, ImageSandbox
 from envlab.sandbox.image.store import (
@@ -259,10 +260,10 @@ async def run_image_verifier(
 
 async def run_shared_verifier(task: TaskSource, image: Image, box: Any) -> Reward:
     """Harbor's shared mode: ``tests/test.sh`` in the agent's own sandbox, whose processes are
-    alive (``SharedImageSandbox``), the pristine tests copied in. The verifier runs in a PID
-    namespace of its own with a private ``/logs/verifier`` (``envlab-enter --isolate``): the
-    agent's processes can neither see its processes nor write its reward, which comes back on
-    the reporting process's last line."""
+    alive (``SharedImageSandbox``), the pristine tests copied in (read-only to the agent). The
+    verifier sees the agent's processes but they cannot reach into it (``PRIVATE_LOGS``): its
+    ``/logs/verifier`` is private, and its reward comes back on the reporting process's last
+    line; what outlived test.sh in the verifier's own cgroup makes the grade invalid."""
     for target in ("/tests", LOGS, REPORT):
         await asyncio.to_thread(box.clear, target)
     await asyncio.to_thread(
@@ -271,6 +272,7 @@ async def run_shared_verifier(task: TaskSource, image: Image, box: Any) -> Rewar
     env = verifier_image_env(task, image)
     env |= verifier_kit.image_kit_env(env)
     env |= {PRIVATE_LOGS: LOGS, "ENVLAB_EVENTS": f"{REPORT}/events"}
+    env[VERIFIER_CGROUP] = f"envlab-verifier-{uuid.uuid4().hex[:12]}"
     report, timeout = box.shared(REPORT), task.config.verifier.timeout_sec
     logs = scratch("shared-logs")
     try:

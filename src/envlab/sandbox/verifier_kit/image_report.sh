@@ -1,8 +1,8 @@
 # envlab's reporting process in an image: the verifier sandbox's first process, run by the
 # image's own sh (pristine in the separate mode). It runs bash /tests/test.sh, then kills every
-# other process of this PID namespace until none is left (in the shared mode it is the first
-# process of a PID namespace of its own: the agent's live processes are not in it), and prints
-# on its last line, as the host mode's verifier_run.py does,
+# other process of this PID namespace until none is left (in the shared mode, only those of its
+# own cgroup, ENVLAB_VERIFIER_CGROUP: the agent's processes live on), and prints on its last
+# line, as the host mode's verifier_run.py does,
 #   ENVLAB-VERIFIER-END {"exit_code": N, "signal": N|null, "stragglers": N, "files": {...}}
 # where "files" carries the reward files of a private logs directory (ENVLAB_PRIVATE_LOGS),
 # base64, as no process of the host can read that directory.
@@ -17,6 +17,11 @@ while [ "$rounds" -lt 500 ]; do
   for p in /proc/[0-9]*; do
     pid=${p#/proc/}
     case "$pid" in 1|"$$") continue ;; esac
+    if [ -n "$ENVLAB_VERIFIER_CGROUP" ]; then  # the shared mode: the agent's processes live on
+      cg=
+      read -r cg 2>/dev/null <"$p/cgroup" || continue
+      case "$cg" in *"/$ENVLAB_VERIFIER_CGROUP") ;; *) continue ;; esac
+    fi
     st=
     read -r st 2>/dev/null <"$p/stat" || continue
     st=${st##*) }

@@ -4,12 +4,10 @@
  *
  *   envlab-enter [--isolate LOGS] CAPS_HEX SECCOMP_FD CWD [NAME=VALUE]... -- PROGRAM [ARG]...
  *
- * 0. --isolate (the verifier of Harbor's shared mode; nsenter has joined every namespace but the
- *    sandbox's PID namespace): a new PID namespace (a sibling of the agent's, whose processes
- *    therefore cannot see, signal or reach into the verifier's: no /proc/PID/root) and a private
- *    mount namespace with a fresh /proc (its /proc/sys and the kernel's control files read-only
- *    or masked, as Docker's) and an empty tmpfs at LOGS (the agent's live processes cannot
- *    write the verifier's reward); this process waits for that namespace's first process;
+ * 0. --isolate (the verifier of Harbor's shared mode): a private mount namespace with an empty
+ *    tmpfs at LOGS, so the agent's live processes cannot write the verifier's reward (they
+ *    cannot reach into the verifier's namespace either: its processes hold a capability theirs
+ *    lack, which /proc/PID/root, mem and fd demand of another process; see persistent.py);
  * 1. the seccomp filter read from SECCOMP_FD (a classic BPF program) is installed;
  * 2. every capability not in CAPS_HEX leaves the bounding set, and the process's sets become
  *    CAPS_HEX (inheritable and ambient empty);
@@ -28,7 +26,6 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 static int fail(const char *what) {
@@ -36,46 +33,18 @@ static int fail(const char *what) {
     return 125;
 }
 
-static const char *READ_ONLY[] = {"/proc/sys", "/proc/sysrq-trigger", "/proc/bus", "/proc/fs",
-                                  "/proc/irq", NULL};
-static const char *MASKED[] = {"/proc/kcore", "/proc/keys", "/proc/timer_list",
-                               "/proc/sched_debug", NULL};
-
-/* In the new namespaces: a private tree, a fresh /proc as Docker's, an empty LOGS. */
-static int isolate_mounts(const char *logs) {
+/* A private mount namespace whose LOGS is an empty tmpfs of its own. */
+static int isolate(const char *logs) {
+    if (unshare(CLONE_NEWNS) != 0) return fail("unshare");
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return fail("private mounts");
-    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
-        return fail("mount /proc");
-    for (int i = 0; READ_ONLY[i]; i++) {
-        if (access(READ_ONLY[i], F_OK) != 0) continue;
-        if (mount(READ_ONLY[i], READ_ONLY[i], NULL, MS_BIND | MS_REC, NULL) != 0 ||
-            mount(NULL, READ_ONLY[i], NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC, NULL) != 0)
-            return fail(READ_ONLY[i]);
-    }
-    for (int i = 0; MASKED[i]; i++)
-        if (access(MASKED[i], F_OK) == 0 && mount("/dev/null", MASKED[i], NULL, MS_BIND, NULL) != 0)
-            return fail(MASKED[i]);
     if (mount("tmpfs", logs, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0777,size=16m") != 0)
         return fail(logs);
     return 0;
 }
 
-/* A new PID and mount namespace; the caller waits for its first process and exits as it did. */
-static int isolate(const char *logs) {
-    if (unshare(CLONE_NEWNS | CLONE_NEWPID) != 0) return fail("unshare");
-    pid_t child = fork();
-    if (child < 0) return fail("fork");
-    if (child == 0) return isolate_mounts(logs) ? 125 : -1;
-    int status;
-    while (waitpid(child, &status, 0) < 0)
-        if (errno != EINTR) return fail("waitpid");
-    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-}
-
 int main(int argc, char **argv) {
     if (argc > 2 && strcmp(argv[1], "--isolate") == 0) {
-        int rc = isolate(argv[2]);
-        if (rc >= 0) return rc;
+        if (isolate(argv[2]) != 0) return 125;
         argv += 2;
         argc -= 2;
     }
