@@ -243,18 +243,28 @@ def test_a_workspace_replaced(tiny_base: str, tmp_path: Path, script: str) -> No
     assert_scored_0(episode(task(tmp_path, "separate"), SOLVE + script))
 
 
-FULL = (  # a git config that grows when rewritten, in a storage left with 4 MiB free
+FULL = (  # a git config that grows when rewritten, in a storage filled to its last bytes
     "cd /app && mkdir -p repo/.git/objects && echo 'ref: refs/heads/main' > repo/.git/HEAD && "
-    "python3 -c \"open('repo/.git/config', 'w').write('[user]\\n' + 'name=x\\n' * 1500000)\"; "
-    'head -c 200M /dev/zero > fill 2>/dev/null; python3 -c "import os; '
-    "os.truncate('fill', os.path.getsize('fill') - 4 * 2**20)\""
+    "python3 -c \"open('repo/.git/config', 'w').write('[user]\\n' + 'ENTRY\\n' * COUNT)\"; "
+    "head -c 200M /dev/zero > fill 2>/dev/null; true"
+)
+GROWTH_HOLE = hole(
+    "ENOSPC while carrying is an InfraError: a git config of 11M key-only lines ('name', 5 "
+    "bytes) is rewritten by prepare() as '[user]\\n\\tname = \"\"' (19 bytes each), 3.8x, more "
+    "than the verifier's 2x + 64 MiB room"
 )
 
 
-@pytest.mark.parametrize("git", [False, True])
-def test_a_full_storage_while_carrying(tiny_base: str, tmp_path: Path, git: bool) -> None:
+@pytest.mark.parametrize(
+    "config",
+    ["", "name=x 1500000", pytest.param("name 11000000", marks=GROWTH_HOLE)],
+    ids=["no_git", "git_2.7x", "git_3.8x"],
+)
+def test_a_full_storage_while_carrying(tiny_base: str, tmp_path: Path, config: str) -> None:
     path = task(tmp_path, "separate", toml="[environment]\nstorage_mb = 64\n")
-    assert_scored_0(episode(path, FULL if git else FULL.replace("config', 'w')", "x', 'w')")))
+    entry, _, count = config.partition(" ")
+    script = FULL.replace("ENTRY", entry).replace("COUNT", count or "0")
+    assert_scored_0(episode(path, script if config else script.replace("config'", "x'")))
 
 
 # --- the pytest guard's session markers (the image has the host's pytest) --------------------
