@@ -91,6 +91,8 @@ PROGRAMS = (
     "sha256sum",
     "md5sum",
     "base64",
+    "nohup",
+    "setsid",
     "realpath",
     "nproc",
     "hostname",

@@ -178,3 +178,29 @@ def test_task_check_says_to_declare_shared_when_the_tests_need_system_state(
     assert not row.ok
     assert "verifier mode: separate" in row.notes
     assert any('environment_mode = "shared"' in p for p in row.problems), row.problems
+
+
+def test_a_live_process_cannot_reach_the_shared_verifiers_reward(
+    tiny_base: str, tmp_path: Path
+) -> None:
+    """The agent's processes live on while a shared task is graded: one writes 1 into every
+    process's /proc/PID/root/logs/verifier/reward.txt, the verifier's view of its logs, while
+    test.sh (which wrote 0) waits. The verifier's processes hold a capability the agent's lack:
+    the kernel refuses them that view."""
+    path = write_task(
+        tmp_path, "race", "FROM envlab-test/tiny:1\nWORKDIR /app\n",
+        test_sh="echo 0 > /logs/verifier/reward.txt\nsleep 2\n", solve_sh="true\n",
+        toml='[verifier.extra]\n',
+    )  # fmt: skip
+    toml = (path / "task.toml").read_text().replace("[verifier.extra]\n", "")
+    (path / "task.toml").write_text(
+        toml.replace("[verifier]\n", '[verifier]\nenvironment_mode = "shared"\n')
+    )
+    race = (
+        "nohup setsid bash -c 'while :; do for p in /proc/[0-9]*; do "
+        'echo 1 > "$p/root/logs/verifier/reward.txt"; done 2>/dev/null; done\' '
+        ">/dev/null 2>&1 &\necho started"
+    )
+    grade = asyncio.run(_episode(path, "shared", script=race))
+    assert_scored_0(grade)
+    assert not isinstance(grade, Exception), grade  # a valid 0: test.sh's own reward

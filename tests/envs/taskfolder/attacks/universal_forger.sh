@@ -36,6 +36,8 @@ for d in site.getsitepackages() + [sysconfig.get_paths()["purelib"], sysconfig.g
 early_reward() {  # the reward written before the verifier runs, and kept written
   mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt
   nohup setsid bash -c 'while :; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt 2>/dev/null; done' >/dev/null 2>&1 &
+  # and into the verifier's own view, through any process's /proc/PID/root (the shared mode)
+  nohup setsid bash -c 'while :; do for p in /proc/[0-9]*; do echo 1 > "$p/root/logs/verifier/reward.txt"; done 2>/dev/null; done' >/dev/null 2>&1 &
 }
 
 loader() {  # the loader's configuration: a preload and a library path of the agent's
