@@ -37,6 +37,9 @@ class Armed:
 
     root: Path
     files: dict[str, tuple[int, int]] = field(default_factory=dict)
+    special: set[str] = field(default_factory=set)
+    """FIFOs and devices: a read of one leaves no time on the layer's inode (the overlay
+    serves it), so one the task does not expect taints the grade whether or not it was read."""
 
 
 @dataclass
@@ -72,9 +75,18 @@ class Expected:
             parts = f.split("/")[:-1]
             while parts and not ("/".join(parts) in ours and "/".join(parts) in theirs):
                 parts.pop()
-            if parts:
+            if len(parts) > 1 and parts[-1] not in NEVER_VOLATILE:
                 volatile.add("/".join(parts))
         return Expected(self.files | other.files, volatile)
+
+
+NEVER_VOLATILE = frozenset(
+    {"site-packages", "dist-packages", "bin", "sbin", "lib", "lib64", "etc", "profile.d",
+     "ld.so.conf.d", "tmp"}
+)  # fmt: skip
+"""Where a run's varying names never license others: what programs run or load from (a
+``.pth`` in a site directory, a program on ``PATH``, the loader's configuration); nor a
+top-level directory."""
 
 
 def _dirs(files: set[str]) -> set[str]:
@@ -86,8 +98,9 @@ def _dirs(files: set[str]) -> set[str]:
 
 
 def _walk(root: Path) -> list[tuple[str, os.stat_result]]:
-    """Every entry under ``root`` but directories and whiteouts, with its ``lstat`` (no
-    recursion: a tree deeper than Python's recursion limit is walked too)."""
+    """Every entry under ``root`` but directories and whiteouts (files, links, FIFOs, sockets,
+    devices), with its ``lstat`` (no recursion: a tree deeper than Python's recursion limit is
+    walked too)."""
     out: list[tuple[str, os.stat_result]] = []
     stack = [""]
     while stack:
@@ -104,8 +117,8 @@ def _walk(root: Path) -> list[tuple[str, os.stat_result]]:
                 continue
             if stat.S_ISDIR(st.st_mode):
                 stack.append(sub)
-            elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-                out.append((sub, st))
+            elif not (stat.S_ISCHR(st.st_mode) and st.st_rdev == 0):  # not a whiteout
+                out.append((sub, st))  # files, links, FIFOs (a .pth served live), sockets
     return out
 
 
@@ -115,6 +128,8 @@ def arm(layer: Path) -> Armed:
     the shared mode, where a process of the agent that touches a file now is caught as well."""
     armed = Armed(layer)
     for rel, st in _walk(layer):
+        if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+            armed.special.add(rel)
         path = layer / rel
         try:
             os.utime(path, ns=(0, st.st_mtime_ns), follow_symlinks=False)
@@ -140,8 +155,19 @@ def touched(armed: Armed) -> list[str]:
 
 
 def tainted(armed: Armed, expected: Expected) -> list[str]:
-    """The touched files the task does not expect the agent to change, as ``/path``."""
-    return ["/" + rel for rel in touched(armed) if not expected.covers(rel)]
+    """The touched files (and every FIFO or device, whenever it appeared: a live process of the
+    agent may make one while the tests run) the task does not expect the agent to change, as
+    ``/path``."""
+    found = set(touched(armed)) | armed.special | _special(armed.root)
+    return ["/" + rel for rel in sorted(found) if not expected.covers(rel)]
+
+
+def _special(layer: Path) -> set[str]:
+    return {
+        rel
+        for rel, st in _walk(layer)
+        if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+    }
 
 
 def changed_by(layer: Path) -> Expected:

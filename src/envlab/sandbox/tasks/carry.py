@@ -21,6 +21,7 @@ import contextlib
 import os
 import stat
 import subprocess
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def is_whiteout(st: os.stat_result) -> bool:
     return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
 
 
-STARTUP_HOOKS = ("sitecustomize.py", "usercustomize.py")
+STARTUP_HOOKS = ("sitecustomize", "usercustomize")
 """Python runs these at the start of every interpreter that finds them on its path."""
 
 
@@ -87,30 +88,49 @@ def carry(
 
 
 def _drop_tools(root: Path, mount: str, image_layers: Sequence[Path]) -> list[dict[str, str]]:
-    """Remove from the carried ``root`` (seen at ``mount``) the agent's Python environments
-    and start-up hooks; return them."""
+    """Remove from the carried ``root`` (seen at ``mount``) the agent's Python environments,
+    Python's start-up hooks in any form (a module, a package, an extension) and an in-tree
+    build backend (a ``pyproject.toml`` whose ``backend-path`` runs the workspace's own code
+    when the tests build or ``uv add`` the project); return them. Entries are judged by name,
+    never by following a link the agent left."""
     parts = [p for p in mount.split("/") if p]
     dropped: list[dict[str, str]] = []
+
+    def drop(path: Path, kind: str, why: str) -> None:
+        remove_tree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        rel = path.relative_to(root)
+        dropped.append({"path": f"{mount}/{rel}", "kind": kind, "target": "", "reason": why})
+
     stack = [root]
     while stack:
         d = stack.pop()
         rel = d.relative_to(root)
         image_cfg = (layer.joinpath(*parts, rel, "pyvenv.cfg") for layer in image_layers)
-        if (d / "pyvenv.cfg").exists() or any(os.path.lexists(p) for p in image_cfg):
-            remove_tree(d)
-            dropped.append({"path": f"{mount}/{rel}", "kind": "environment", "target": "",
-                            "reason": "a Python environment: the verifier's tools come from "
-                            "the image"})  # fmt: skip
+        if os.path.lexists(d / "pyvenv.cfg") or any(os.path.lexists(p) for p in image_cfg):
+            drop(d, "environment", "a Python environment: the verifier's tools come from the image")
             continue
         with os.scandir(d) as it:
-            for e in it:
-                if e.is_dir(follow_symlinks=False):
-                    stack.append(Path(e.path))
-                elif e.name in STARTUP_HOOKS:
-                    os.unlink(e.path)
-                    dropped.append({"path": f"{mount}/{rel / e.name}", "kind": "startup-hook",
-                                    "target": "", "reason": "a Python start-up hook"})  # fmt: skip
+            entries = list(it)
+        for e in entries:
+            if e.name.partition(".")[0] in STARTUP_HOOKS:
+                drop(Path(e.path), "startup-hook", "a Python start-up hook")
+            elif e.name == "pyproject.toml" and _in_tree_backend(Path(e.path)):
+                drop(Path(e.path), "build-backend", "an in-tree build backend (backend-path)")
+            elif e.is_dir(follow_symlinks=False):
+                stack.append(Path(e.path))
     return dropped
+
+
+def _in_tree_backend(path: Path) -> bool:
+    """A ``pyproject.toml`` (a regular file) whose ``[build-system]`` names a ``backend-path``."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        data = tomllib.loads(path.read_text(errors="replace")[: 1 << 20])
+    except (tomllib.TOMLDecodeError, OSError):
+        return "backend-path" in path.read_text(errors="replace")[: 1 << 20]
+    system = data.get("build-system")
+    return isinstance(system, dict) and "backend-path" in system
 
 
 def _blocked_parent(layer: Path, parts: list[str]) -> str | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import shutil
 import uuid
@@ -184,6 +185,15 @@ def verifier_image_env(task: TaskSource, image: Image) -> dict[str, str]:
     return env
 
 
+def _host_full(path: Path) -> bool:
+    """Whether the host's filesystem under ``path`` is (nearly) out of space."""
+    try:
+        vfs = os.statvfs(path)
+    except OSError:
+        return True
+    return vfs.f_bavail * vfs.f_frsize < 64 << 20
+
+
 def _verifier_storage(storage_mb: int | None) -> int:
     """The verifier's bounded storage: room for the carried workspace (at most what bounded
     the agent's own writes) and as much again for the verifier's writes, so that an agent that
@@ -233,7 +243,10 @@ async def run_image_verifier(
                 carry, agent_layer, carried, [workspace_of(image), ARTIFACTS], image.lowers
             )
         except OSError as e:
-            if e.errno in HOST_ERRNOS:
+            # the verifier's storage holds twice what the agent could write: out of space there,
+            # with the host's disk not full, is the agent's content growing as it is carried
+            grew = e.errno in (errno.ENOSPC, errno.EDQUOT) and not _host_full(box.storage.root)
+            if e.errno in HOST_ERRNOS and not grew:
                 raise InfraError(f"could not carry the workspace to the verifier: {e}") from e
             raise GraderFailed(f"the agent's workspace could not be carried: {e}") from e
         box.add_lowers([carried, mountpoints()])

@@ -17,15 +17,23 @@ while [ "$rounds" -lt 500 ]; do
   for p in /proc/[0-9]*; do
     pid=${p#/proc/}
     case "$pid" in 1|"$$") continue ;; esac
-    if [ -n "$ENVLAB_VERIFIER_CGROUP" ]; then  # the shared mode: the agent's processes live on
-      cg=
-      read -r cg 2>/dev/null <"$p/cgroup" || continue
-      case "$cg" in *"/$ENVLAB_VERIFIER_CGROUP") ;; *) continue ;; esac
-    fi
-    st=
-    read -r st 2>/dev/null <"$p/stat" || continue
-    st=${st##*) }
-    case "${st%% *}" in Z|X|"") continue ;; esac
+    # alive when any thread is (a leader that exited leaves its other threads running); in the
+    # shared mode only the verifier's own cgroup counts (the agent's processes live on)
+    alive=
+    for t in "$p"/task/[0-9]*; do
+      st=
+      read -r st 2>/dev/null <"$t/stat" || continue
+      st=${st##*) }
+      case "${st%% *}" in Z|X|"") continue ;; esac
+      if [ -n "$ENVLAB_VERIFIER_CGROUP" ]; then
+        cg=
+        read -r cg 2>/dev/null <"$t/cgroup" || continue
+        case "$cg" in *"/$ENVLAB_VERIFIER_CGROUP") ;; *) continue ;; esac
+      fi
+      alive=1
+      break
+    done
+    [ -n "$alive" ] || continue
     kill -9 "$pid" 2>/dev/null && found=$((found + 1))
   done
   [ "$found" -eq 0 ] && break

@@ -143,19 +143,29 @@ def _bottom_up(root: str) -> list[tuple[str, list[str], list[str]]]:
 
 
 def _others() -> list[int]:
-    """Live processes of this PID namespace other than its init (1) and this one."""
+    """Live processes of this PID namespace other than its init (1) and this one: a process
+    is live while any of its threads is (a leader that exited leaves the others running)."""
     me, pids = os.getpid(), []
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in (1, me):
-            continue
+        if name.isdigit() and int(name) not in (1, me) and _any_thread_alive(name):
+            pids.append(int(name))
+    return pids
+
+
+def _any_thread_alive(pid: str) -> bool:
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
                 stat = f.read()
         except OSError:
             continue
         if stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X"):
-            pids.append(int(name))
-    return pids
+            return True
+    return False
 
 
 def _kill_others() -> int:
