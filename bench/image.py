@@ -94,6 +94,7 @@ async def main() -> None:
             img = await per_command(img_box, args.commands, cmd)
             host = await per_command(host_box, args.commands, cmd)
             rows.append((cmd, statistics.median(img), statistics.median(host)))
+        evidence = await tamper_cost(img_box)
     finally:
         await img_box.close()
         await host_box.close()
@@ -104,6 +105,27 @@ async def main() -> None:
     print(f"{'command':40s} {'image ms':>10s} {'host ms':>10s} {'ratio':>7s}")
     for cmd, img_s, host_s in rows:
         print(f"{cmd:40s} {img_s * 1000:10.1f} {host_s * 1000:10.1f} {img_s / host_s:7.2f}")
+    files, arm_s, back_s = evidence
+    python_s = rows[1][1]
+    print(f"shared mode's tamper evidence on an agent layer of {files} files: arm "
+          f"{arm_s * 1000:.1f} ms + read back {back_s * 1000:.1f} ms = "
+          f"{(arm_s + back_s) / python_s:.1f}x one `python3 -c pass` in the image")  # fmt: skip
+
+
+async def tamper_cost(box: object) -> tuple[int, float, float]:
+    """An agent layer of a few thousand files (a copy of the image's Python library, as a pip
+    install writes), armed and read back as a shared grade does."""
+    from envlab.sandbox.image import tamper
+
+    await box.exec(["bash", "-c", "cp -a /usr/local/lib/python3* /opt/agent-lib 2>/dev/null || "  # type: ignore[attr-defined]
+                    "cp -a /usr/lib/python3* /opt/agent-lib"], timeout=300)  # fmt: skip
+    t0 = time.perf_counter()
+    armed = await asyncio.to_thread(tamper.arm, box.upper)  # type: ignore[attr-defined]
+    arm_s = time.perf_counter() - t0
+    await box.exec(["python3", "-c", "import json, email, http.client"], timeout=60)  # type: ignore[attr-defined]
+    t0 = time.perf_counter()
+    await asyncio.to_thread(tamper.tainted, armed, tamper.Expected())
+    return len(armed.files), arm_s, time.perf_counter() - t0
 
 
 if __name__ == "__main__":

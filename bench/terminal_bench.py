@@ -35,6 +35,7 @@ def _row(task: str, data: object, seconds: float, err: str) -> dict[str, object]
         "noop": noop[0].get("reward"),
         "pass": bool(check.get("ok")),
         "mode": next((n for n in check.get("notes", []) if n.startswith("mode:")), ""),
+        "verifier_mode": oracle[0].get("verifier_mode"),
         "cause": "; ".join(check.get("problems", []))[-1500:],
     }
     return row
@@ -118,11 +119,12 @@ def table(summary: Path) -> str:
     for r in rows:
         if not r["pass"]:
             r["cause"] = _detail(summary.parent / "results", r["task"]) or r.get("cause")
-    out = ["| task | oracle | no-op | seconds | result |", "| --- | --- | --- | --- | --- |"]
+    out = ["| task | verifier | oracle | no-op | seconds | result |",
+           "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for r in rows:
         what = "pass" if r["pass"] else classify(str(r.get("cause") or ""))
-        out.append(f"| {r['task']} | {r.get('oracle')} | {r.get('noop')} | {r['seconds']} "
-                   f"| {what.replace('|', '/')} |")  # fmt: skip
+        out.append(f"| {r['task']} | {r.get('verifier_mode') or '-'} | {r.get('oracle')} | "
+                   f"{r.get('noop')} | {r['seconds']} | {what.replace('|', '/')} |")  # fmt: skip
     return "\n".join(out)
 
 
@@ -174,8 +176,9 @@ async def main() -> None:
                 row = {"task": task.name, "pass": False, "seconds": 0.0, "cause": repr(e)}
         rows.append(row)
         mark = "PASS" if row["pass"] else "fail"
-        print(f"{mark} {row['task']:40s} {row['seconds']:7.1f}s {str(row.get('cause'))[:150]}",
-              flush=True)  # fmt: skip
+        verifier = row.get("verifier_mode") or "-"
+        print(f"{mark} {row['task']:40s} {verifier:9s} {row['seconds']:7.1f}s "
+              f"{str(row.get('cause'))[:150]}", flush=True)  # fmt: skip
         summary = sorted(rows, key=lambda r: str(r["task"]))
         (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
 
