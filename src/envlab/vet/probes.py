@@ -265,20 +265,27 @@ def echo_prompt_probe(instruction: str) -> Probe | None:
 
 
 def network_probe(host_port: int | None) -> Probe:
-    """Try to reach the host's loopback, a private address and a public name from the sandbox."""
-    target = f"127.0.0.1:{host_port}" if host_port else "127.0.0.1:9"
+    """Try to reach the host's loopback, a private address and a public name from the sandbox
+    (with python3, or bash's ``/dev/tcp`` in an image that has no python)."""
+    host, port = ("127.0.0.1", host_port) if host_port else ("127.0.0.1", 9)
+    targets = [(host, port), ("10.0.0.1", 80), ("pypi.org", 443)]
+    shell = " ".join(f"{h}:{p}" for h, p in targets)
     return Probe(
         "network",
         "try to open connections out of the sandbox",
-        "python3 - <<'EOF'\n"
+        "if command -v python3 >/dev/null 2>&1; then python3 - <<'EOF'\n"
         "import socket\n"
-        f"targets = [('{target.split(':')[0]}', {target.split(':')[1]}), ('10.0.0.1', 80), ('pypi.org', 443)]\n"
+        f"targets = {targets!r}\n"
         "for host, port in targets:\n"
         "    try:\n"
         "        socket.create_connection((host, port), timeout=2).close()\n"
         "        print(f'ENVLAB-NET-OPEN {host}:{port}')\n"
         "    except OSError as e:\n"
         "        print(f'ENVLAB-NET-BLOCKED {host}:{port} {type(e).__name__}')\n"
-        "EOF\n",
+        "EOF\n"
+        f"else for t in {shell}; do h=${{t%:*}}; p=${{t##*:}}; "
+        'if timeout 3 bash -c "exec 3<>/dev/tcp/$h/$p" 2>/dev/null; '
+        'then echo "ENVLAB-NET-OPEN $h:$p"; else echo "ENVLAB-NET-BLOCKED $h:$p OSError"; fi; '
+        "done; fi\n",
         check="network",
     )
