@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import uuid
 import shutil
 from functools import cache
 from pathlib import Path
@@ -117,8 +118,9 @@ def _cgroup_parent() -> tuple[Path, int] | None:
             parent.mkdir(exist_ok=True)
             if version == 2:
                 (parent / "cgroup.subtree_control").write_text("+memory +pids")
-            probe = parent / f"probe-{os.getpid()}"
-            probe.mkdir(exist_ok=True)
+            # unique per call: sandboxes made at once in threads of one process probe together
+            probe = parent / f"probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            probe.mkdir()
             probe.rmdir()
         except OSError:
             continue
