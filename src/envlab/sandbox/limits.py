@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import uuid
 import shutil
+import uuid
 from functools import cache
 from pathlib import Path
 from typing import Literal
