@@ -72,14 +72,18 @@ async def test_the_universal_forger_scores_0_on_every_example_in_image_mode(
 
 
 @pytest.mark.timeout(1800)
-async def test_vet_rates_every_example_ok_in_image_mode(images_on: None, tmp_path: Path) -> None:
-    """As a new user would meet them: each example's verdict is ``ok`` when it runs in its
-    image (three were ``broken`` before their images had their test runners)."""
+@pytest.mark.parametrize("images", ["auto", "off"])
+async def test_vet_rates_every_example_ok_in_both_runtimes(
+    image_cache: Path, tmp_path: Path, images: str
+) -> None:
+    """As a new user would meet them: each example's verdict is ``ok`` in its image and on the
+    host (three were ``broken`` in image mode before their images had their test runners)."""
     from envlab.vet.runner import VetConfig, vet_environment
 
     result = await vet_environment(
-        TerminalEnv(EXAMPLES), out_dir=tmp_path / "vet", config=VetConfig(oracle_runs=2)
-    )
+        TerminalEnv(EXAMPLES, images=images), out_dir=tmp_path / "vet",
+        config=VetConfig(oracle_runs=2),
+    )  # fmt: skip
     verdicts = {t.task_id: t.verdict for t in result.tasks}
     assert verdicts == dict.fromkeys(verdicts, "ok"), verdicts
     assert len(verdicts) >= 9

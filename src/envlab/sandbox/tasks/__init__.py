@@ -16,11 +16,12 @@ from envlab.sandbox.tasks.host_build import (
 from envlab.sandbox.tasks.host_verifier import run_verifier
 from envlab.sandbox.tasks.reward_file import read_reward_files
 from envlab.sandbox.tasks.source import TaskSource
-from envlab.sandbox.tasks.verifier import judge, run_tests
+from envlab.sandbox.tasks.verifier import GradeDetails, judge, run_tests
 
 __all__ = [
     "BuildPlan",
     "DockerfileError",
+    "GradeDetails",
     "PreparedWorkspace",
     "TaskSource",
     "judge",

@@ -25,7 +25,7 @@ from envlab.sandbox import verifier_kit as kit
 from envlab.sandbox.layout import host_layout
 from envlab.sandbox.tasks.host_build import PreparedWorkspace
 from envlab.sandbox.tasks.source import TaskSource
-from envlab.sandbox.tasks.verifier import HOST_ERRNOS, LOGS, run_tests
+from envlab.sandbox.tasks.verifier import HOST_ERRNOS, LOGS, GradeDetails, run_tests
 from envlab.sandbox.workspace import state_dir
 
 # variables a task's env may not set for the verifier: they would change which programs run
@@ -111,7 +111,7 @@ async def run_verifier(
         return await run_tests(
             box, [python, "-I", "-S", f"{kit.LIB}/verifier_run.py"], timeout=timeout,
             logs=logs, events=report / "events", mounts=[Mount(logs, LOGS, writable=True)],
-            details={"sandbox_mode": "host", "verifier_mode": "separate"},
+            details=GradeDetails(sandbox_mode="host"),
         )  # fmt: skip
     finally:
         await box.close()

@@ -39,6 +39,7 @@ from envlab.sandbox.tasks.image_verifier import (
 )
 from envlab.sandbox.tasks.runtime import BuildProgress, compose_notes
 from envlab.sandbox.tasks.source import TaskSource
+from envlab.sandbox.tasks.verifier import GradeDetails
 
 SETTLE_S = 2.0
 """How long the oracle's live processes (a server it started) get to write their first files
@@ -161,8 +162,11 @@ class ImageRuntime:
             failure = e
         bad = await asyncio.to_thread(tamper.tainted, armed, expected)
         if bad:
-            details = {**(failure.details if failure else reward.details)}
-            details |= {"grader_tainted": bad[:200], "verifier_mode": "shared"}
+            known = GradeDetails.model_fields
+            said = failure.details if failure else reward.details
+            grade = GradeDetails(**{k: v for k, v in said.items() if k in known})
+            grade.grader_tainted, grade.verifier_mode = bad[:200], "shared"
+            details = grade.record()
             raise GraderTainted(
                 f"grader_tainted: the tests used {len(bad)} file(s) the agent changed outside "
                 f"what the task expects ({', '.join(bad[:5])}); the grade is not the tests' alone",

@@ -44,7 +44,7 @@ from envlab.sandbox.image.store import (
 from envlab.sandbox.tasks import offline
 from envlab.sandbox.tasks.carry import ARTIFACTS, carry
 from envlab.sandbox.tasks.source import TaskSource
-from envlab.sandbox.tasks.verifier import HOST_ERRNOS, LOGS, run_tests
+from envlab.sandbox.tasks.verifier import HOST_ERRNOS, LOGS, GradeDetails, run_tests
 
 OFFLINE_VERSION = "3"
 WHEELS = "/var/cache/envlab/wheels"
@@ -264,8 +264,7 @@ async def run_image_verifier(
             box, ["sh", f"{verifier_kit.IMAGE_KIT}/report.sh"], timeout=timeout, logs=logs,
             events=report / "events", mounts=mounts,
             needs_network=report / "needs-network.txt",
-            details={"sandbox_mode": "image", "verifier_mode": "separate",
-                     "not_carried": dropped[:200]},
+            details=GradeDetails(sandbox_mode="image", not_carried=dropped[:200]),
         )  # fmt: skip
     finally:
         await box.close()
@@ -292,7 +291,7 @@ async def run_shared_verifier(task: TaskSource, image: Image, box: Any) -> Rewar
         return await run_tests(
             box, ["sh", f"{verifier_kit.IMAGE_KIT}/report.sh"], timeout=timeout, logs=logs,
             events=report / "events", env=env, needs_network=report / "needs-network.txt",
-            details={"sandbox_mode": "image", "verifier_mode": "shared"},
+            details=GradeDetails(sandbox_mode="image", verifier_mode="shared"),
         )  # fmt: skip
     finally:
         await asyncio.to_thread(remove_tree, logs)

@@ -29,7 +29,9 @@ import stat
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from envlab.core.errors import GraderFailed
 from envlab.core.rubric import Reward
@@ -45,6 +47,33 @@ HOST_ERRNOS = frozenset(
 )  # fmt: skip
 """Setting up the verifier failed because of the host, whatever the workspace holds."""
 _EVENTS_LIMIT = 1 << 20
+
+
+class GradeDetails(BaseModel):
+    """What a task folder's grade records beside its reward (``Reward.details``, a
+    trajectory's ``info["grade"]``): one typed shape in every runtime and verifier mode."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sandbox_mode: Literal["host", "image"] = "host"
+    verifier_mode: Literal["separate", "shared"] = "separate"
+    verifier_exit_code: int | None = None
+    """test.sh's exit status as its reporting process saw it; None when that process did not
+    end on its own."""
+    verifier_duration_s: float = 0.0
+    verifier_output_tail: str = ""
+    not_carried: list[dict[str, str]] = Field(default_factory=list)
+    """What did not reach the verifier from the agent's workspace (links, special files,
+    bytecode, git programs, Python environments and hooks), each with why."""
+    needs_network: list[str] = Field(default_factory=list)
+    """What the tests fetched and offline grading could not serve."""
+    missing_tools: list[str] = Field(default_factory=list)
+    """Programs the tests called that the sandbox lacks."""
+    grader_tainted: list[str] = Field(default_factory=list)
+    """The shared mode: files of the agent's the grade used, outside what the task expects."""
+
+    def record(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
 
 
 class EventsChannel:
@@ -101,7 +130,7 @@ async def run_tests(
     mounts: Sequence[Mount] = (),
     env: dict[str, str] | None = None,
     needs_network: Path | None = None,
-    details: dict[str, Any] | None = None,
+    details: GradeDetails | None = None,
 ) -> Reward:
     """Run the reporting process ``argv`` in ``box`` with the events channel at ``events``
     (bind-mounted at ``verifier_kit.EVENTS`` unless ``env`` names another place, as in a
@@ -212,20 +241,22 @@ def judge(
     timeout: float,
     *,
     needs_network: Path | None = None,
-    details: dict[str, Any] | None = None,
+    details: GradeDetails | None = None,
 ) -> Reward:
     """The valid reward of one run of the reporting process, or ``GraderFailed`` saying why."""
     report, out = end_report(res)
     if report and isinstance(report.get("files"), dict):
         _unpack(report["files"], logs)
-    details = {
-        **(details or {}),
-        "verifier_exit_code": report.get("exit_code") if report else None,
-        "verifier_duration_s": round(res.duration_s, 3),
-        "verifier_output_tail": (out[-3000:] + "\n" + res.stderr[-3000:]).strip(),
-    }
-    if report and report.get("prepared"):
-        details["not_carried"] = [*details.get("not_carried", []), *report["prepared"]][:200]
+    exit_code = report.get("exit_code") if report else None
+    d = (details or GradeDetails()).model_copy(deep=True)
+    d.verifier_exit_code = exit_code if isinstance(exit_code, int) else None
+    d.verifier_duration_s = round(res.duration_s, 3)
+    d.verifier_output_tail = (out[-3000:] + "\n" + res.stderr[-3000:]).strip()
+    if report and isinstance(report.get("prepared"), list):
+        prepared = [
+            {k: str(v) for k, v in p.items()} for p in report["prepared"] if isinstance(p, dict)
+        ]
+        d.not_carried = [*d.not_carried, *prepared][:200]
     unfinished, missing = parse_events(events)
     needs = offline.read_needs_network(needs_network) if needs_network else []
     why = "" if res.timed_out else _invalid(res, report, unfinished)
@@ -247,20 +278,20 @@ def judge(
         if _NO_PYTEST.search(text) and "pytest" not in missing:
             missing.append("pytest")
     if needs:
-        details["needs_network"] = needs
+        d.needs_network = needs
         why = f"needs the network ({', '.join(needs[:5])}): grading is offline"
     elif res.timed_out:
         why = f"the verifier (tests/test.sh) ran past [verifier] timeout_sec = {timeout:g}s"
     elif not why and missing and (total is None or total <= 0):
-        details["missing_tools"] = missing
+        d.missing_tools = missing
         why = f"the verifier needs {', '.join(missing)}, not installed in the sandbox"
     elif not why and total is not None:
-        return Reward(total=total, components=components, details=details)
+        return Reward(total=total, components=components, details=d.record())
     why = why or read_error
-    tail = str(details["verifier_output_tail"])[-1500:]
+    tail = d.verifier_output_tail[-1500:]
     raise GraderFailed(
-        f"{why} (test.sh exit code {details['verifier_exit_code']}). Output tail:\n{tail}",
-        details=details,
+        f"{why} (test.sh exit code {d.verifier_exit_code}). Output tail:\n{tail}",
+        details=d.record(),
     )
 
 
