@@ -87,3 +87,29 @@ async def test_vet_rates_every_example_ok_in_both_runtimes(
     verdicts = {t.task_id: t.verdict for t in result.tasks}
     assert verdicts == dict.fromkeys(verdicts, "ok"), verdicts
     assert len(verdicts) >= 9
+
+
+@pytest.mark.timeout(1800)
+async def test_on_a_real_base_graded_shared_the_forger_scores_0(
+    images_on: None, tmp_path: Path
+) -> None:
+    """Two examples on real bases (python:3.11-slim, ubuntu:24.04) declared ``shared``: the
+    oracle still scores 1 (calibrated on its own run), the universal forger 0, nothing excluded."""
+    for name in ("json-transform", "hello-file"):
+        dst = tmp_path / "tasks" / name
+        shutil.copytree(EXAMPLES / name, dst)
+        toml = dst / "task.toml"
+        toml.write_text(
+            toml.read_text().replace("[verifier]\n", '[verifier]\nenvironment_mode = "shared"\n')
+        )
+    rows = await check(tmp_path / "tasks", runs=1, noop_runs=1, concurrency=2)
+    for row in rows:
+        assert row.ok and "verifier mode: shared" in row.notes, (row.task_id, row.problems)
+    spec = TerminalEnv(tmp_path / "tasks")
+    forger = open_agent(f"shell:{FORGER}", {})
+    try:
+        (forged,) = await run_samples(spec, [(forger, 1)], list(spec.tasks()), concurrency=2)
+    finally:
+        await forger.aclose()
+    for row in forged:
+        assert row.status == "ok" and row.reward == 0.0, (row.task_id, row.status, row.error)

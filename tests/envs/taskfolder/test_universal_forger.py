@@ -204,3 +204,36 @@ def test_a_live_process_cannot_reach_the_shared_verifiers_reward(
     grade = asyncio.run(_episode(path, "shared", script=race))
     assert_scored_0(grade)
     assert not isinstance(grade, Exception), grade  # a valid 0: test.sh's own reward
+
+
+@pytest.mark.parametrize("mode", ["separate", "shared"])
+def test_served_the_forger_scores_0_and_an_honest_solver_1(
+    tiny_base: str, tmp_path: Path, mode: str
+) -> None:
+    """The grade made by envlab's server (OpenEnv's wire, a real uvicorn on 127.0.0.1): the
+    client's agent forges through the served tools and scores 0; a solver scores 1."""
+    pytest.importorskip("uvicorn")
+    from envlab.agents import load_agent
+    from envlab.envs import load_env
+    from envlab.rollout import PlannedEpisode, episode_ids, run_episodes
+    from envlab.serve.server import ServerThread
+
+    path = clean_task(tmp_path / "tasks", mode)
+    forger, solver = tmp_path / "forger.sh", tmp_path / "solver.sh"
+    forger.write_text(FORGER.read_text())
+    solver.write_text("#!/bin/bash\n" + SOLVE)
+    os.environ["ENVLAB_IMAGES"], old = "auto", os.environ.get("ENVLAB_IMAGES", "off")
+    try:
+        with ServerThread(TerminalEnv(path, images="auto")) as srv:
+            spec = load_env(f"ws://{srv.host}:{srv.port}")
+            task = spec.tasks()[0]
+            agents = [load_agent(f"shell:{forger}"), load_agent(f"shell:{solver}")]
+            plan = [
+                PlannedEpisode(task, 0, episode_ids(spec.name, spec.seed_hash(), task.id, i, 0), a)
+                for i, a in enumerate(agents)
+            ]
+            forged, solved = asyncio.run(run_episodes(spec, plan, concurrency=1))
+    finally:
+        os.environ["ENVLAB_IMAGES"] = old
+    assert forged.status.value == "ok" and forged.reward == 0.0, (forged.status, forged.reward)
+    assert solved.status.value == "ok" and solved.reward == 1.0, (solved.status, solved.error)
