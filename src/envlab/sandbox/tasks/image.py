@@ -51,10 +51,18 @@ class ImageRuntime:
 
     mode = "image"
 
-    def __init__(self, task: TaskSource, image: Image, prep: VerifierPrep, shared: bool) -> None:
+    def __init__(
+        self,
+        task: TaskSource,
+        image: Image,
+        prep: VerifierPrep,
+        shared: bool,
+        compose: list[str] | None = None,
+    ) -> None:
+        """``compose``: what the task's compose file asks that is not honoured (noted)."""
         self.task, self.image, self.prep = task, image, prep
         self.verifier_mode = "shared" if shared else "separate"
-        self.notes = ["mode: image", *compose_notes(task), *image.notes]
+        self.notes = ["mode: image", *(compose or []), *image.notes]
         self.env = dict(image.config.env)
 
     @classmethod
@@ -63,10 +71,10 @@ class ImageRuntime:
     ) -> ImageRuntime:
         """Build (or find) the image and the verifier's caches; a task graded ``shared`` is
         calibrated too (what its oracle changes, once per image)."""
-        compose_notes(task)  # refuses sidecars before building anything
+        compose = compose_notes(task)  # refuses sidecars before building anything
         image = await build_image(task, **({"progress": progress} if progress else {}))
         prep = await prepare_verifier(task, image)
-        runtime = cls(task, image, prep, shared)
+        runtime = cls(task, image, prep, shared, compose)
         if shared:
             memory = (task.config.environment.memory_mb or 4096) << 20
             await runtime.calibrate(Limits(memory_bytes=memory))
