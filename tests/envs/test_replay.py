@@ -18,6 +18,7 @@ from envlab.envs.replay import build_sim, load_replay_env, logs_from_run, read_l
 from envlab.envs.tau.spec import TauRetail
 from envlab.rollout import rollout
 from tests.envs.replay_samples import OracleThen, run_all, run_all_one
+from tests.envs.test_replay_private import play_matches
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +72,9 @@ async def test_round_trip_another_sessions_write_scores_0(retail: tuple[Path, Pa
     a, b = spec.tasks()[0], spec.tasks()[5]
     name, args = b.answer["writes"][0]
     other = ToolCall(name, json.loads(args), id="other")
-    t = (await run_all_one(spec, OracleThen(replace=other), a))[a.id]
-    write_step = next(
-        s for s in t.steps if s.action.tool_calls and s.action.tool_calls[0].id == "other"
-    )
-    assert write_step.info["replay"][0]["source"] == spec.tasks()[5].answer["session_id"]
+    t, matches = await play_matches(spec, OracleThen(replace=other), a)
+    match = next(m for m in matches if m["call_id"] == "other")
+    assert match["source"] == spec.tasks()[5].answer["session_id"]  # the grader's record
     assert t.reward == 0.0 and t.gated_by == "no_unlogged_write"
 
 

@@ -24,6 +24,7 @@ from tests.envs.replay_samples import (
     run_all,
     run_all_one,
 )
+from tests.envs.test_replay_private import play_matches
 
 
 @pytest.fixture
@@ -85,9 +86,10 @@ async def test_a_write_where_none_was_needed_trips_its_gate(bank: Path) -> None:
     spec = load_env(str(bank))
     task = spec.tasks()[1]
     write = ToolCall("transfer", {"source": "alice", "to": "bob", "amount": 5}, id="w")
-    t = (await run_all_one(spec, Scripted([Action(tool_calls=[write])]), task))[task.id]
-    # answered from the other session's log, but this session needed no write
-    assert t.steps[0].info["replay"][0]["source"] == "s-transfer"
+    t, matches = await play_matches(spec, Scripted([Action(tool_calls=[write])]), task)
+    # answered from the other session's log (the grader knows; the agent is not told), but this
+    # session needed no write
+    assert matches[0]["source"] == "s-transfer" and "source" not in t.steps[0].info["replay"][0]
     assert t.reward == 0.0 and t.gated_by == "no_write_when_none_needed"
 
 
@@ -105,10 +107,10 @@ async def test_fuzzy_matching_answers_a_near_call_and_records_it(bank: Path) -> 
     for match, answered in (("exact", False), ("fuzzy", True)):
         spec = load_replay_env(bank, match=match)
         task = spec.tasks()[0]
-        t = (await run_all_one(spec, Scripted([Action(tool_calls=[near])]), task))[task.id]
-        record = t.steps[0].info["replay"][0]
+        t, (record,) = await play_matches(spec, Scripted([Action(tool_calls=[near])]), task)
         result = t.steps[0].observation.tool_results[0]
-        if answered:
+        assert t.steps[0].info["replay"][0]["unanswerable"] is not answered
+        if answered:  # recorded for the grader
             assert record["match"] == "fuzzy" and record["matched_arguments"] == {
                 "account": "alice"
             }

@@ -26,6 +26,7 @@ from tests.envs.replay_samples import (
     run_all_one,
     sessions_of,
 )
+from tests.envs.test_replay_private import play_matches
 
 
 def tool(name: str, **props: str) -> dict[str, Any]:
@@ -152,6 +153,13 @@ async def play(spec: ReplaySpec, task_id: str, actions: list[Action]) -> Traject
     return (await run_all_one(spec, Scripted(actions), task))[task.id]
 
 
+async def matched(
+    spec: ReplaySpec, task_id: str, actions: list[Action]
+) -> tuple[Trajectory, list[dict[str, Any]]]:
+    """The episode and each call's match, as the grader alone sees it."""
+    return await play_matches(spec, Scripted(actions), task_of(spec, task_id))
+
+
 def tc(name: str, args: dict[str, Any] | str, cid: str = "x") -> Action:
     return Action(tool_calls=[ToolCall(name, args, id=cid)])
 
@@ -175,10 +183,11 @@ async def test_the_sessions_oracle_scores_1_on_every_task() -> None:
 async def test_a_read_of_another_sessions_record_is_answered_and_recorded_with_its_source() -> None:
     """The tools answer any logged call (a real system answers any read too); the record says
     which session answered, and reading costs nothing but is no credit either."""
-    t = await play(bank(), "s-transfer", transfer_run(tc("get_profile", {"account": "carol"})))
+    t, matches = await matched(
+        bank(), "s-transfer", transfer_run(tc("get_profile", {"account": "carol"}))
+    )
     assert t.reward == 1.0
-    (record,) = t.steps[2].info["replay"]
-    assert record["source"] == "s-failed" and record["match"] == "exact"
+    assert matches[-1]["source"] == "s-failed" and matches[-1]["match"] == "exact"
 
 
 async def test_pasting_another_customers_record_to_the_user_is_caught() -> None:
@@ -262,8 +271,8 @@ async def test_an_unanswerable_write_counts_as_a_write_that_took_effect() -> Non
 
 async def test_a_write_refused_in_another_sessions_state_still_counts_here() -> None:
     eve = tc("transfer", {"source": "alice", "to": "eve", "amount": 15}, "e")
-    t = await play(bank(), "s-transfer", [eve, *transfer_run()])
-    assert t.steps[0].info["replay"][0]["source"] == "s-failed"
+    t, matches = await matched(bank(), "s-transfer", [eve, *transfer_run()])
+    assert matches[0]["source"] == "s-failed"
     assert t.reward == 0.0
 
 
@@ -277,22 +286,22 @@ async def test_a_tool_no_log_knows_is_a_tool_error_and_no_write() -> None:
 # --- fuzzy matching ---------------------------------------------------------------------------
 async def test_a_fuzzy_write_is_graded_on_the_agents_own_arguments() -> None:
     near = {"source": "alice", "to": "bobb", "amount": 5}
-    t = await play(bank(match="fuzzy"), "s-transfer", transfer_run(gold=near))
-    assert t.steps[1].info["replay"][0]["match"] == "fuzzy"
+    t, matches = await matched(bank(match="fuzzy"), "s-transfer", transfer_run(gold=near))
+    assert matches[0]["match"] == "fuzzy"
     assert t.reward == 0.0 and t.gated_by == "no_unlogged_write"
 
 
 async def test_a_fuzzy_refusal_does_not_excuse_a_write() -> None:
     eva = tc("transfer", {"source": "alice", "to": "eva", "amount": 15}, "e")
-    t = await play(bank(match="fuzzy"), "s-transfer", [eva, *transfer_run()])
-    assert t.steps[0].info["replay"][0]["match"] == "fuzzy"
+    t, matches = await matched(bank(match="fuzzy"), "s-transfer", [eva, *transfer_run()])
+    assert matches[0]["match"] == "fuzzy"
     assert t.reward == 0.0
 
 
 async def test_a_fuzzy_read_of_another_id_does_not_ground_the_episode() -> None:
     steps = [tc("get_order", {"order_id": "#W2"}), Action(text="Your order is pending.")]
-    t = await play(bank(match="fuzzy"), "s-order", steps)
-    assert t.steps[0].info["replay"][0]["match"] == "fuzzy"
+    t, matches = await matched(bank(match="fuzzy"), "s-order", steps)
+    assert matches[0]["match"] == "fuzzy"
     assert t.reward == 0.0 and t.gated_by == "grounded"
 
 

@@ -3,6 +3,13 @@
 A step is one message of the agent, as in a τ episode: tool calls (answered from the logs) or
 text (answered by the user: the logged user's next reply, or the model-backed user). The episode
 ends when the user says ``###STOP###``: the logged user says it after the last logged text.
+
+The episode grades in private. What the agent (and any client of ``envlab serve``) sees, the
+observations, a step's ``info`` and ``state()``, holds only what the agent itself sent and was
+answered: never the reference session's id, nor which session's log answered a call, nor the
+logged arguments a fuzzy match stood for, nor whether a call was the reference's (the counted
+``writes`` and exactly matched ``reads`` would tell that). Those are in ``grading_state()``,
+which only the rubric reads (``grading_context()``).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from envlab.core import (
     Action,
     EpisodeOrderError,
+    GradingContext,
     Observation,
     Reward,
     Rubric,
@@ -109,6 +117,10 @@ class ReplayEpisode(ToolEnv):
         self._outcome: dict[str, Any] = {}
         self._refusal: str | None = None
         self._step_calls: list[dict[str, Any]] = []
+        """This step's calls as the agent may see them: tool, call id, unanswerable."""
+        self.matches: list[dict[str, Any]] = []
+        """Every call's match (the grader's only): which logged call answered, from which
+        session, how similar; the refusal it was logged with."""
 
     @property
     def rubric(self) -> Rubric:  # type: ignore[override]
@@ -168,9 +180,9 @@ class ReplayEpisode(ToolEnv):
                 "error": result.is_error and not (writes and self._outcome.get("unanswerable")),
             }
         )
-        self._step_calls.append(
-            {"tool": call.name, "call_id": result.tool_call_id, **self._outcome}
-        )
+        seen = {"tool": call.name, "call_id": result.tool_call_id}
+        self._step_calls.append({**seen, "unanswerable": bool(self._outcome.get("unanswerable"))})
+        self.matches.append({**seen, **self._outcome})
         return result
 
     async def run_tool(self, call: ToolCall, default_id: str = "") -> ToolResult:
@@ -219,18 +231,38 @@ class ReplayEpisode(ToolEnv):
         )
 
     def state(self) -> dict[str, Any]:
+        """What the agent may see: the conversation as it went (its own calls and what they
+        answered), how many calls reached the logs and how many the logs could not answer
+        (each such answer says so)."""
         return {
             **super().state(),
             "events": list(self.events),
-            "writes": [list(w) for w in self.writes],
-            "reads": [list(r) for r in self.reads],
             "calls": self.n_calls,
             "unanswerable": self.n_unanswerable,
-            "fuzzy": self.n_fuzzy,
-            "reference": self.reference,
         }
 
+    def grading_state(self) -> dict[str, Any]:
+        """``state()`` and what only the grader reads: the writes that count, the reads the
+        logs answered exactly, the fuzzy matches, the reference session and each call's match."""
+        return {
+            **self.state(),
+            "writes": [list(w) for w in self.writes],
+            "reads": [list(r) for r in self.reads],
+            "fuzzy": self.n_fuzzy,
+            "reference": self.reference,
+            "matches": [dict(m) for m in self.matches],
+        }
+
+    def grading_context(self) -> GradingContext:
+        if self.task is None:
+            raise EpisodeOrderError("grade() called before reset(): there is no episode to grade")
+        return GradingContext(
+            self.task, self.final_answer, self.grading_state(), tuple(self.tool_log)
+        )
+
     def _details(self, reward: Reward) -> Reward:
+        """The grade's record: counts only. It travels to the client with the last frame, so no
+        match (logged arguments, session ids, similarities: an oracle to climb) is in it."""
         counts = {"calls": self.n_calls, "unanswerable": self.n_unanswerable, "fuzzy": self.n_fuzzy}
         return reward.model_copy(update={"details": {**reward.details, "replay": counts}})
 

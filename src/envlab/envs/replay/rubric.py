@@ -20,9 +20,10 @@
   message pastes a tool's output; at most 60 distinct values read from tools told the user.
 - ``answered`` (weight 0, reported): the share of the episode's tool calls the logs answered.
 
-The graders read ``state()``: ``writes`` (the write calls), ``reads`` (the read calls the logs
-answered, as logged), ``events`` (the conversation in
-order, as a τ episode records it), ``calls`` and ``unanswerable``.
+The graders read the episode's private ``grading_state()`` (never shown to the agent):
+``writes`` (the write calls that count), ``reads`` (the read calls the logs answered, as
+logged), ``events`` (the conversation in order, as a τ episode records it), ``calls`` and
+``unanswerable``.
 """
 
 from __future__ import annotations
