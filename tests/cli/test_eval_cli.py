@@ -68,9 +68,13 @@ def test_no_server_at_the_url_exits_nonzero_with_the_reason(tmp_path: Path) -> N
     r = envlab("eval", "calc", "--agent", f"openai:m@http://127.0.0.1:{port}/v1", "--tasks", "2",
                "--out", str(tmp_path / "r"))  # fmt: skip
     assert r.returncode == 1, (r.stdout, r.stderr)
-    assert "nothing was scored" in r.stderr and "infra_error (2)" in r.stdout
+    assert "the model endpoint failed in all 2 episodes" in r.stderr
+    assert "agent_error (2)" in r.stdout
     assert f"127.0.0.1:{port}" in r.stdout  # the first error, under the table
-    assert json.loads((tmp_path / "r" / "summary.json").read_text())["n_scored"] == 0
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    # the agent's endpoint is the agent's: scored 0, never excluded
+    assert summary["n_scored"] == 2 and summary["n_model_failed"] == 2
+    assert summary["mean_reward"] == 0.0
 
 
 def test_table_rows_carry_their_intervals_counts_and_components(tmp_path: Path) -> None:

@@ -11,7 +11,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from envlab.core import InfraError, install_agent_clock, reset_agent_clock
+from envlab.core import (
+    InfraError,
+    ModelFailures,
+    install_agent_clock,
+    install_model_failures,
+    reset_agent_clock,
+    reset_model_failures,
+)
 from envlab.models.client import (
     ModelRequestError,
     OpenAICompatModel,
@@ -72,12 +79,14 @@ class RecordingClock:
 
 
 @contextlib.contextmanager
-def recording() -> Iterator[RecordingClock]:
+def recording(policy: ModelFailures = "exclude") -> Iterator[RecordingClock]:
+    """A recording agent clock, in a run whose model failures are ``policy``."""
     clock = RecordingClock()
-    token = install_agent_clock(clock)
+    token, p_token = install_agent_clock(clock), install_model_failures(policy)
     try:
         yield clock
     finally:
+        reset_model_failures(p_token)
         reset_agent_clock(token)
 
 
@@ -90,6 +99,17 @@ async def test_429_then_success_honours_retry_after(fake: FakeOpenAI) -> None:
     # the client waited what the server asked, as time that is not the agent's
     assert clock.pauses == ["model retry backoff 0.3s after HTTP 429: slow down"]
     assert clock.credits == ["failed model request"] and clock.open == 0
+
+
+async def test_the_agents_own_endpoint_failing_is_on_its_clock(fake: FakeOpenAI) -> None:
+    """By default the endpoint is the agent's (model + harness + operations): its refused tries
+    and the waits they ask for are the agent's time, never credited."""
+    fake.push(error(429, "slow down", {"Retry-After": "0.05"}), completion("ok"))
+    with recording("agent") as clock:
+        async with OpenAICompatModel("m", fake.base_url, retry=FAST) as model:
+            reply = await model.chat(MSGS)
+    assert reply.text == "ok" and reply.attempts == 2
+    assert clock.pauses == [] and clock.credits == []
 
 
 async def test_a_timed_out_try_is_not_credited() -> None:

@@ -106,36 +106,42 @@ async def test_agent_exception_is_agent_error_and_scored_as_failure() -> None:
     assert t.reward == 0.0 and t.scored
 
 
-async def test_a_failing_model_server_is_infra_error_retried_then_succeeds() -> None:
-    """A real endpoint on 127.0.0.1 that answers HTTP 500 twice: envlab's model transport
-    raises ``ModelUnavailable`` each time, the engine retries the episode, the third plays."""
+async def test_a_trusted_model_server_failing_is_infra_error_retried_then_succeeds() -> None:
+    """A real endpoint on 127.0.0.1 that answers HTTP 500 twice, in a run that excludes model
+    failures (a trusted endpoint): ``ModelUnavailable`` each time, the engine retries the
+    episode, the third plays."""
     with FakeOpenAI() as fake:
         fake.push(error(500, "overloaded"), error(500, "overloaded"), completion("ok"))
         agents = openai(f"fake@{fake.base_url}", max_retries=0, backoff_s=0.0)
         try:
-            t = await run(EchoEnv(), agents, max_retries=2)
+            t = await run(EchoEnv(), agents, max_retries=2, model_failures="exclude")
         finally:
             await agents.aclose()
     assert t.status is Status.OK and t.reward == 1.0, t.error
     assert t.attempts == 3
 
 
-async def test_a_dead_model_endpoint_after_retries_is_excluded() -> None:
-    """Nothing listens at the endpoint: connection refused, ``infra_error`` on every try,
-    never scored as the agent's."""
+@pytest.mark.parametrize("policy", ["agent", "exclude"])
+async def test_a_dead_model_endpoint_after_retries(policy: str) -> None:
+    """Nothing listens at the endpoint: connection refused on every try. The agent's own
+    endpoint: its failure, scored 0, not retried; a trusted one: ``infra_error``, retried."""
     with socket.socket() as s:  # a port that was free a moment ago, closed: nothing listens
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     agents = openai(f"fake@http://127.0.0.1:{port}/v1", max_retries=0, backoff_s=0.0)
     try:
-        t = await run(EchoEnv(), agents, max_retries=2)
+        t = await run(EchoEnv(), agents, max_retries=2, model_failures=policy)
     finally:
         await agents.aclose()
-    assert t.status is Status.INFRA_ERROR and t.attempts == 3
-    assert t.reward is None and not t.scored
-    assert t.error is not None and (t.error.kind, t.error.phase) == ("infra", "act")
+    assert t.error is not None and (t.error.kind, t.error.phase) == ("model", "act")
     assert t.error.message.startswith("ModelUnavailable: model server")
     assert "ConnectError" in t.error.message
+    if policy == "agent":
+        assert t.status is Status.AGENT_ERROR and t.attempts == 1
+        assert t.reward == 0.0 and t.scored
+    else:
+        assert t.status is Status.INFRA_ERROR and t.attempts == 3
+        assert t.reward is None and not t.scored
 
 
 async def test_infra_error_raised_inside_env_is_infra() -> None:

@@ -67,7 +67,7 @@ async def test_resume_reruns_infra_errors_and_counts_each_episode_once(tmp_path:
     from tests.support.envs import EchoEnv, FlakyTransportAgent
 
     env = EchoEnv(n=3)
-    cfg = EpisodeConfig(max_retries=0, retry_backoff=0)
+    cfg = EpisodeConfig(max_retries=0, retry_backoff=0, model_failures="exclude")
     key = f"resume-{tmp_path.name}"
     flaky = AgentClass(FlakyTransportAgent, 2, key)
     first = await rollout(env, flaky, env.tasks(), out_dir=tmp_path, config=cfg, concurrency=1)

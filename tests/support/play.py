@@ -19,6 +19,7 @@ async def play(
     hooks: EpisodeHooks | None = None,
     max_retries: int = 0,
     wait_timeout: float | None = 3600.0,
+    model_failures: str = "agent",
     **limits: Any,
 ) -> Trajectory:
     """One episode of ``task`` (default: the spec's first) by ``agent`` (an agent object is
@@ -32,6 +33,7 @@ async def play(
         max_retries=max_retries,
         retry_backoff=0.0,
         wait_timeout=wait_timeout,
+        model_failures=model_failures,  # type: ignore[arg-type]
     )
     planned = PlannedEpisode(task, sample, ids, factory, hooks=hooks)
     return await run_episode(spec, planned, config=config)

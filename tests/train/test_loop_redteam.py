@@ -320,7 +320,7 @@ class _Outage(Agent):
         return Action(text="queue_team")
 
 
-def _heldout(tmp_path: Path, always: bool) -> Any:
+def _heldout(tmp_path: Path, always: bool, policy: str = "exclude") -> Any:
     from envlab.cli.train_heldout import Contender, evaluate_heldout
     from envlab.envs.triage import TriageEnv
     from envlab.train.decision import decision
@@ -334,7 +334,8 @@ def _heldout(tmp_path: Path, always: bool) -> Any:
     ]
     return tasks, asyncio.run(
         evaluate_heldout(spec, tasks, contenders, tmp_path / "heldout", split="test",
-                         concurrency=8, config=EpisodeConfig(max_retries=0))
+                         concurrency=8, config=EpisodeConfig(max_retries=0,
+                                                             model_failures=policy))
     )  # fmt: skip
 
 
@@ -350,6 +351,17 @@ def test_heldout_reports_no_mean_for_an_agent_whose_episodes_all_failed(tmp_path
     assert row.mean is None and row.low is None and row.high is None
     assert row.fraction_of_best is None and row.gap_closed is None
     assert all(p.diff is None or "trained" not in (p.a, p.b) for p in h.paired)
+
+
+def test_heldout_scores_the_agents_own_model_failures_as_zero(tmp_path: Path) -> None:
+    """By default the agent's model failing is the agent's failure: nothing is excluded, the
+    sev1 tickets its model 'could not reach' score 0 and the comparison is over every task."""
+    _, h = _heldout(tmp_path, always=False, policy="agent")
+    row = next(r for r in h.rows if r.name == "trained")
+    assert row.n_excluded == 0 and row.n_scored == 60 and row.mean is not None
+    _, h_all = _heldout(tmp_path / "all", always=True, policy="agent")
+    row_all = next(r for r in h_all.rows if r.name == "trained")
+    assert row_all.n_scored == 60 and row_all.mean == 0.0
 
 
 def test_heldout_fraction_of_best_is_over_the_same_tasks(tmp_path: Path) -> None:

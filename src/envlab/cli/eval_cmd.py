@@ -1,8 +1,9 @@
 """``envlab eval``: run an agent in an environment, print the scores table (or JSON).
 
 Exits 0 when episodes were scored; 1 when none was (every episode ``infra_error`` or
-``env_error``: the numbers would measure nothing), with the first error of each failure status
-on screen either way.
+``env_error``: the numbers would measure nothing) or when the agent's model endpoint failed in
+every episode (scored 0, but a set-up to fix), with the first error of each failure status on
+screen either way.
 """
 
 from __future__ import annotations
@@ -21,6 +22,25 @@ if TYPE_CHECKING:
     from envlab.core import AgentFactory, EnvSpec, Limits
 
 SANDBOXES = ("bwrap", "local")
+
+ModelFailuresOption = Annotated[
+    str,
+    typer.Option(
+        "--model-failures",
+        metavar="agent|exclude",
+        help="Whose failure the agent's model endpoint failing past its retries is: the "
+        "agent's (scored 0, the default) or, for a trusted endpoint of your own (a trainer's "
+        "generation server), exclude (infra_error: retried, not scored; every report says so).",
+    ),
+]
+
+
+def check_model_failures(value: str) -> str:
+    from envlab.core.errors import ConfigError
+
+    if value not in ("agent", "exclude"):
+        raise ConfigError(f"--model-failures must be agent or exclude, got {value!r}")
+    return value
 
 
 def parse_kv(pairs: list[str], option: str) -> dict[str, Any]:
@@ -202,6 +222,7 @@ def eval_cmd(
             help="Ray cluster of --backend ray: auto, ray://HOST:10001 (default: a local one).",
         ),
     ] = None,
+    model_failures: ModelFailuresOption = "agent",
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="Hide the progress bar.")
@@ -223,7 +244,11 @@ def eval_cmd(
     spec = with_perturbations(spec, perturb)
     task_set = spec.tasks(seed=seed, n=tasks, split=split)
     out_dir = out_dir or default_out_dir("", env, agent)
-    config = EpisodeConfig(overrides=overrides, max_retries=max_retries)
+    config = EpisodeConfig(
+        overrides=overrides,
+        max_retries=max_retries,
+        model_failures=check_model_failures(model_failures),  # type: ignore[arg-type]
+    )
     progress = RunProgress(pass_threshold=pass_threshold, enabled=not no_progress and not as_json)
 
     async def run() -> Evaluation:
@@ -250,5 +275,5 @@ def eval_cmd(
         print_notes(ev)
     else:
         print_evaluation(ev, env)
-    if ev.nothing_scored:
+    if ev.nothing_scored or ev.every_model_failed:
         raise typer.Exit(1)

@@ -52,6 +52,15 @@ def summary_rows(summary: Summary) -> list[tuple[str, str]]:
     return rows
 
 
+def model_failures_row(summary: Summary) -> tuple[str, str]:
+    """How many episodes the agent's model endpoint failed, and what the run did with them."""
+    if summary.model_failures == "exclude":
+        how = "[yellow]excluded: this run excludes model failures (--model-failures exclude)[/]"
+    else:
+        how = "scored 0: the agent's"
+    return "model failures", f"{summary.n_model_failed} ({how})"
+
+
 def _caption(summary: Summary) -> str | None:
     est = summary.mean_reward_ci
     if est is None or est.low is None:
@@ -76,6 +85,7 @@ def evaluation_table(ev: Evaluation, env: str) -> Table:
         if status != "ok" and n:
             table.add_row(f"status {status}", str(n))
     table.add_row("grader failed (scored 0)", str(s.n_grader_failed))
+    table.add_row(*model_failures_row(s))
     table.add_row("tool-call errors", str(s.tool_errors))
     table.add_row("new / resumed episodes", f"{r.new_episodes} / {r.skipped_episodes}")
     table.add_row("wall time", f"{r.elapsed_s:.1f}s")
@@ -91,6 +101,12 @@ def print_failures(ev: Evaluation, *, to_stderr: bool = False) -> None:
         console.print("[bold]why episodes failed[/] (the first of each):")
     for status, why in first.items():
         console.print(f"  [red]{status}[/] ({counts.get(status, 0)}): {escape(why)}")
+    if ev.every_model_failed and not ev.nothing_scored:
+        err().print(
+            f"[bold red]the model endpoint failed in all {ev.summary.n_episodes} episodes:[/] "
+            "each is scored 0 as the agent's failure. Check the endpoint's URL, model name and "
+            "API key, and that the server is up (envlab serve-model for the built-in one)."
+        )
     if ev.nothing_scored:
         n = ev.summary.n_episodes
         err().print(

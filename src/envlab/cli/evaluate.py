@@ -88,6 +88,13 @@ class Evaluation:
         """True when no episode got a valid grade (every one ``infra_error``/``env_error``)."""
         return self.summary.n_scored == 0
 
+    @property
+    def every_model_failed(self) -> bool:
+        """True when the agent's model endpoint failed in every episode: scored 0 (the agent's),
+        but most likely a set-up to fix (a URL, a key, a server down), so the command fails."""
+        s = self.summary
+        return s.n_episodes > 0 and s.n_model_failed == s.n_episodes
+
 
 async def evaluate(
     spec: EnvSpec,
@@ -142,6 +149,7 @@ async def evaluate(
         pass_threshold=pass_threshold,
         confidence=confidence,
         must_pass=gating or None,
+        model_failures=config.model_failures if config is not None else "agent",
     )
     (result.run_dir / SUMMARY_FILE).write_text(summary.model_dump_json(indent=2))
     return Evaluation(result, summary, _this_run(details, result))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from envlab.cli.console import run_async
+from envlab.cli.eval_cmd import ModelFailuresOption
 
 if TYPE_CHECKING:
     from envlab.cli.evaluate import Evaluation
@@ -110,6 +111,7 @@ def run_side(ev: Evaluation) -> RunSide:
         low=None if ci is None else ci.low,
         high=None if ci is None else ci.high,
         excluded={k: n for k in EXCLUDED if (n := s.status_counts.get(k, 0))},
+        model_failed=s.n_model_failed,
         gates=dict(sorted(gates.items())),
         faults=sum(by_tool.values()),
         episodes_with_faults=faulted,
@@ -206,6 +208,14 @@ async def measure_robustness(
         r.notes.append(f"{r.agent} read hidden answers: a check of the environment, not a skill")
     if clean.faults:
         r.notes.append(f"the clean run recorded {clean.faults} faults: it is not clean")
+    failed = clean.model_failed + sum(p.run.model_failed for p in results)
+    if config is not None and config.model_failures == "exclude":
+        r.notes.append(
+            f"model failures excluded (--model-failures exclude): {failed} episodes the agent's "
+            "model endpoint failed are left out, not scored 0"
+        )
+    elif failed:
+        r.notes.append(f"{failed} episodes the agent's model endpoint failed: scored 0, its own")
     return _write(r, out_dir)
 
 
@@ -325,13 +335,20 @@ def robustness_cmd(
     confidence: Annotated[
         float, typer.Option("--confidence", help="Confidence level of the intervals.")
     ] = 0.95,
+    model_failures: ModelFailuresOption = "agent",
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="Hide the progress bars.")
     ] = False,
 ) -> None:
     """Run AGENT on ENV clean and under each perturbation alone; the paired drop of each."""
-    from envlab.cli.eval_cmd import limit_overrides, open_agent, open_env, parse_kv
+    from envlab.cli.eval_cmd import (
+        check_model_failures,
+        limit_overrides,
+        open_agent,
+        open_env,
+        parse_kv,
+    )
     from envlab.cli.run_dirs import default_out_dir
     from envlab.core.errors import ConfigError
     from envlab.rollout import EpisodeConfig
@@ -345,7 +362,9 @@ def robustness_cmd(
     task_set = spec.tasks(seed=seed, n=tasks, split=split)
     out_dir = out_dir or default_out_dir("robustness", env, agent)
     config = EpisodeConfig(
-        overrides=limit_overrides(max_steps, None, None, None), max_retries=max_retries
+        overrides=limit_overrides(max_steps, None, None, None),
+        max_retries=max_retries,
+        model_failures=check_model_failures(model_failures),  # type: ignore[arg-type]
     )
 
     async def run() -> Robustness:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from envlab.cli.console import out, run_app, run_async
+from envlab.cli.eval_cmd import ModelFailuresOption
 from envlab.cli.task_build import build_cmd
 from envlab.cli.task_import import import_cmd
 
@@ -76,10 +77,11 @@ def run_cmd(
         typer.Option("--grade-timeout", help="Seconds to grade (default: task.toml's)."),
     ] = None,
     sandbox: Annotated[str | None, _SANDBOX] = None,
+    model_failures: ModelFailuresOption = "agent",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Run AGENT on the task folder(s) at PATH; print reward and status per sample."""
-    from envlab.cli.eval_cmd import limit_overrides, open_agent, open_env
+    from envlab.cli.eval_cmd import check_model_failures, limit_overrides, open_agent, open_env
     from envlab.cli.task_runs import run_samples
     from envlab.core.errors import ConfigError
 
@@ -95,6 +97,7 @@ def run_cmd(
                 [rows] = await run_samples(
                     spec, [(factory, samples)], list(spec.tasks()), concurrency=concurrency,
                     max_retries=max_retries, overrides=overrides, progress=bar,
+                    model_failures=check_model_failures(model_failures),
                 )  # fmt: skip
             return rows
         finally:

@@ -94,6 +94,7 @@ async def run_samples(
     max_retries: int = 1,
     overrides: Limits | None = None,
     progress: RunProgress | None = None,
+    model_failures: str = "agent",
 ) -> list[list[EpisodeRow]]:
     """For each ``(agent, samples)`` of ``runs``: that many samples of every task, all in one
     plan through the driver. One list of rows per entry of ``runs``, in plan order."""
@@ -107,7 +108,11 @@ async def run_samples(
             for s in range(samples):
                 ids = episode_ids(spec.name, seed_hash, task.id, run_seed, s)
                 plan.append(PlannedEpisode(task, s, ids, agent))
-    config = EpisodeConfig(overrides=overrides or Limits.overrides(), max_retries=max_retries)
+    config = EpisodeConfig(
+        overrides=overrides or Limits.overrides(),
+        max_retries=max_retries,
+        model_failures=model_failures,  # type: ignore[arg-type]
+    )
     if progress is not None:
         progress.started(len(plan), [])
     trajs = await run_episodes(

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from envlab.cli.console import err, out, run_async
-from envlab.cli.eval_cmd import open_agent, open_env, parse_kv
+from envlab.cli.eval_cmd import (
+    ModelFailuresOption,
+    check_model_failures,
+    open_agent,
+    open_env,
+    parse_kv,
+)
 
 if TYPE_CHECKING:
     from envlab.cli.train_heldout import Contender, Heldout
@@ -111,6 +117,7 @@ def train_cmd(
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue a killed run from its last checkpoint.")
     ] = False,
+    model_failures: ModelFailuresOption = "agent",
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide progress.")] = False,
 ) -> None:
@@ -136,7 +143,10 @@ def train_cmd(
     )  # fmt: skip
     learner = open_learner(learner_name, spec, tasks, parse_kv(learner_arg or [], "--learner-arg"))
     run_dir = out_dir or default_out_dir("train", env, learner_name)
-    episode_cfg = EpisodeConfig(max_retries=max_retries)
+    episode_cfg = EpisodeConfig(
+        max_retries=max_retries,
+        model_failures=check_model_failures(model_failures),  # type: ignore[arg-type]
+    )
     progress = TrainProgress(enabled=not no_progress and not as_json)
 
     async def run() -> tuple[TrainResult, Heldout | None]:

@@ -3,11 +3,15 @@
 from envlab.core.agent import Agent, AgentClass, AgentFactory, EpisodeContext
 from envlab.core.clock import (
     AgentClock,
+    ModelFailures,
     credit_not_agent_time,
     install_agent_clock,
+    install_model_failures,
+    model_failures,
     not_agent_seconds,
     not_agent_time,
     reset_agent_clock,
+    reset_model_failures,
 )
 from envlab.core.environment import Environment
 from envlab.core.errors import (
@@ -70,6 +74,7 @@ __all__ = [
     "GradingContext",
     "InfraError",
     "Limits",
+    "ModelFailures",
     "ModelUnavailable",
     "NoConfig",
     "NotFoundError",
@@ -96,9 +101,12 @@ __all__ = [
     "Wrapper",
     "credit_not_agent_time",
     "install_agent_clock",
+    "install_model_failures",
+    "model_failures",
     "not_agent_seconds",
     "not_agent_time",
     "reset_agent_clock",
+    "reset_model_failures",
     "tool",
     "tool_spec",
     "validate_reward",

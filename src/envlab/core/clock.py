@@ -24,7 +24,14 @@ from __future__ import annotations
 
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Protocol
+from typing import Literal, Protocol
+
+ModelFailures = Literal["agent", "exclude"]
+"""Whose failure an agent's model endpoint failing is (``EpisodeConfig.model_failures``):
+``agent`` (the default: the agent is model + harness + operations; its endpoint's 5xx, timeouts
+and malformed replies are its own failure, scored 0, and the time they take is on its clock) or
+``exclude`` (a run that drives its own trusted endpoint, a trainer's generation server: such
+episodes are ``infra_error``, retried and excluded, and the endpoint's time is not the agent's)."""
 
 
 class AgentClock(Protocol):
@@ -105,6 +112,23 @@ def credit_not_agent_time(seconds: float, why: str) -> None:
         clock.credit(seconds, why)
 
 
+_model_failures: ContextVar[ModelFailures] = ContextVar("envlab_model_failures", default="agent")
+
+
+def install_model_failures(policy: ModelFailures) -> Token[ModelFailures]:
+    """Set whose failure the agent's model endpoint failing is, for the current episode task."""
+    return _model_failures.set(policy)
+
+
+def reset_model_failures(token: Token[ModelFailures]) -> None:
+    _model_failures.reset(token)
+
+
+def model_failures() -> ModelFailures:
+    """The current episode's ``ModelFailures`` policy (``agent`` outside an episode)."""
+    return _model_failures.get()
+
+
 def not_agent_seconds() -> float:
     """Seconds of the current episode not on the agent's clock so far (0 outside an episode)."""
     clock = _clock.get()
@@ -113,9 +137,13 @@ def not_agent_seconds() -> float:
 
 __all__ = [
     "AgentClock",
+    "ModelFailures",
     "credit_not_agent_time",
     "install_agent_clock",
+    "install_model_failures",
+    "model_failures",
     "not_agent_seconds",
     "not_agent_time",
     "reset_agent_clock",
+    "reset_model_failures",
 ]

@@ -28,12 +28,16 @@ class InfraError(EnvlabError):
 
 class ModelUnavailable(InfraError):
     """envlab's own model transport could not get an answer from the model server (refused,
-    dropped, timed out or overloaded past its retries; a wrong key, model name or URL).
+    dropped, timed out, overloaded or answering what is not a chat completion, past its
+    retries; a wrong key, model name or URL). Raised by ``envlab.models``, never by agents.
 
-    The only ``InfraError`` that counts as the machinery's while the agent is starting or
-    acting: any other ``InfraError`` an agent raises is the agent's failure (``agent_error``),
-    so an agent cannot have its bad episodes excluded by claiming an outage. Raised by
-    ``envlab.models`` (``OpenAICompatModel``), never by agents themselves.
+    Whose failure it is depends on whose model it is, decided once, by the engine
+    (``rollout.episode``): while the agent starts or acts it is the agent's model (the agent is
+    model + harness + operations), so the episode is the agent's failure (``agent_error``, error
+    kind ``model``, scored 0) unless the run excludes model failures
+    (``EpisodeConfig.model_failures="exclude"``: ``infra_error``, kind ``model``). Raised by an
+    environment or a grader (a simulated user's model, a judge) it is the machinery's, like any
+    ``InfraError``. Any other ``InfraError`` raised by an agent is the agent's failure.
     """
 
 

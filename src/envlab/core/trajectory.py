@@ -93,7 +93,8 @@ class StepRecord:
     env_s: float = 0.0
 
 
-ErrorKind = Literal["timeout", "agent", "env", "infra", "engine", "unknown"]
+ErrorKind = Literal["timeout", "agent", "model", "env", "infra", "engine", "unknown"]
+"""``model``: the agent's model endpoint failed past its retries (``ModelUnavailable``)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -148,6 +149,9 @@ class EpisodeRecord(NamedTuple):
     n_steps: int
     tool_errors: int
     grader_failed: bool = False
+    model_failed: bool = False
+    """The agent's model endpoint failed (error kind ``model``): scored 0 as the agent's
+    failure, or excluded (``infra_error``) when the run excludes model failures."""
 
     @property
     def scored(self) -> bool:
@@ -211,6 +215,7 @@ class Trajectory:
             self.n_steps,
             self.tool_errors,
             self.grader_failed is not None,
+            self.error is not None and self.error.kind == "model",
         )
 
     @classmethod

@@ -41,6 +41,7 @@ class Run:
             confidence=confidence,
             ci_method=ci_method,
             must_pass=self.must_pass,
+            model_failures=self.info.episode_config.get("model_failures", "agent"),
         )
 
     def rewards_by_task(self) -> dict[str, list[float]]:

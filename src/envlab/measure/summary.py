@@ -55,6 +55,12 @@ class Summary(BaseModel):
     """Episodes excluded from scores (``infra_error`` + ``env_error``)."""
     n_grader_failed: int = 0
     """Scored episodes whose grade was invalid twice (scored 0, never excluded)."""
+    n_model_failed: int = 0
+    """Episodes whose agent's model endpoint failed past its retries (error kind ``model``):
+    scored 0 as the agent's failures, or excluded when ``model_failures`` is ``exclude``."""
+    model_failures: str = "agent"
+    """Whose failure the agent's model endpoint failing was in this run (``agent``: scored 0;
+    ``exclude``: a run on a trusted endpoint that excluded them)."""
     samples_per_task: int = 0
     """The largest number of scored samples of one task."""
     mean_reward_ci: Estimate | None = None
@@ -123,10 +129,12 @@ def summarize(
     confidence: float = 0.95,
     ci_method: CIMethod = "clt",
     must_pass: Iterable[str] | None = None,
+    model_failures: str = "agent",
 ) -> Summary:
     """Summarize trajectories, or the light ``EpisodeRecord`` of each (what a rollout keeps).
 
     ``must_pass`` names gating tasks, judged apart from the mean (:mod:`envlab.measure.gate`).
+    ``model_failures`` is the run's policy (``EpisodeConfig.model_failures``), recorded.
     """
     trajs = [t.record() if isinstance(t, Trajectory) else t for t in episodes]
     counts = Counter(t.status for t in trajs)
@@ -196,6 +204,8 @@ def summarize(
         ci_method=ci_method,
         n_excluded=len(trajs) - len(scored),
         n_grader_failed=sum(1 for t in scored if t.grader_failed),
+        n_model_failed=sum(1 for t in trajs if t.model_failed),
+        model_failures=model_failures,
         samples_per_task=max_n,
         mean_reward_ci=mean_reward_ci,
         pass_rate_ci=pass_rate_ci,

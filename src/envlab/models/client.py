@@ -1,22 +1,24 @@
 """``OpenAICompatModel``: any OpenAI-compatible chat endpoint (vLLM, SGLang, llama.cpp, hosted
 APIs, ``envlab serve-model``), async, over one pooled ``models.http.ModelHTTP`` per endpoint.
 
-Failures are split by whose fault they are:
+What can go wrong, and what the client does:
 
-- transport (connection refused or dropped, timeout) and overload (HTTP 408, 429, 5xx, a reply
-  that is not a chat completion) are retried with exponential backoff and jitter, honouring
-  ``Retry-After``; when the retries run out, ``ModelUnavailable`` (an ``InfraError``, the only
-  one the engine takes from an agent as the machinery's): the episode is ``infra_error``,
-  retried by the engine and never scored;
-- a wrong key, model name or URL (HTTP 401, 403, 404) is the set-up's failure:
-  ``ModelUnavailable`` at once, not retried;
+- transport (connection refused or dropped, timeout) and overload (HTTP 408, 429, 5xx) and a
+  reply that is not a chat completion (malformed JSON, lone surrogates, no choices) are retried
+  with exponential backoff and jitter, honouring ``Retry-After`` (bounded by ``RetryPolicy``);
+  when the retries run out, ``ModelUnavailable``;
+- a wrong key, model name or URL (HTTP 401, 403, 404): ``ModelUnavailable`` at once;
 - a request the server refuses otherwise (other 4xx: a prompt too long, bad settings) raises
-  ``ModelRequestError``: the agent's failure (``agent_error``);
+  ``ModelRequestError``;
 - whatever the model writes, however wrong, is returned as it is: the harness decides.
 
-Time lost to the endpoint's failures is not the agent's (``core.clock``): the backoff between
-tries is ``not_agent_time``, and the time of a try that failed and is retried is credited back,
-so a rate-limited or flaky endpoint never runs an episode out of its step or episode limit.
+Whose failure a ``ModelUnavailable`` is, the engine decides, once (``rollout.episode``): the
+agent is model + harness + operations, so its endpoint failing is its failure (``agent_error``,
+error kind ``model``, scored 0) unless the run drives a trusted endpoint of its own and excludes
+model failures (``core.clock.ModelFailures``). The time follows the same rule: in a run that
+excludes model failures, the backoff between tries and the time of a failed try are not the
+agent's (``core.clock``); otherwise they are on its clock, so an endpoint cannot stretch an
+episode past the machinery's wait limit and have it excluded.
 
 One pooled HTTP client (``models.http.ModelHTTP``) serves every episode of a run: a model given
 ``client=`` borrows it and never closes it; its owner (``agents.model_agents.ModelAgentFactory``)
@@ -37,7 +39,13 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from envlab.core import EnvlabError, ModelUnavailable, credit_not_agent_time, not_agent_time
+from envlab.core import (
+    EnvlabError,
+    ModelUnavailable,
+    credit_not_agent_time,
+    model_failures,
+    not_agent_time,
+)
 from envlab.models.http import ModelHTTP, Reply
 from envlab.models.wire import ChatResponse, WireToolCall
 
@@ -299,8 +307,7 @@ class OpenAICompatModel:
                 elif resp.status_code in RETRY_STATUS or resp.status_code >= 500:
                     retry_after = parse_retry_after(resp.headers.get("retry-after"))
                     history.append(f"HTTP {resp.status_code}: {_error_text(resp)}")
-                elif resp.status_code in (401, 403, 404):
-                    # a wrong key, model name or URL: the set-up's failure, not the agent's
+                elif resp.status_code in (401, 403, 404):  # a wrong key, model name or URL
                     raise ModelUnavailable(
                         f"{self.url} refused the request with HTTP {resp.status_code}: "
                         f"{_error_text(resp)}. Check the model name ({self.model!r}), the "
@@ -321,14 +328,23 @@ class OpenAICompatModel:
                     + ". Check that the server is up and reachable (envlab serve-model for the "
                     "built-in one), or raise the agent's max_retries/timeout_s."
                 )
-            # a refused or broken try and the wait before the next are the endpoint's time
-            if tried is not None:
-                credit_not_agent_time(time.perf_counter() - tried, "failed model request")
-            if self._rng is None:
-                self._rng = random.Random(self._seed)
-            delay = self.retry.delay(attempt, retry_after, self._rng)
-            async with not_agent_time(f"model retry backoff {delay:.3g}s after {history[-1][:80]}"):
-                await asyncio.sleep(delay)
+            await self._back_off(attempt, retry_after, tried, history[-1])
+
+    async def _back_off(
+        self, attempt: int, retry_after: float | None, tried: float | None, last: str
+    ) -> None:
+        """Wait before the next try. In a run that excludes model failures, the failed try and
+        the wait are the endpoint's time, not the agent's; otherwise they are the agent's."""
+        if self._rng is None:
+            self._rng = random.Random(self._seed)
+        delay = self.retry.delay(attempt, retry_after, self._rng)
+        if model_failures() != "exclude":
+            await asyncio.sleep(delay)
+            return
+        if tried is not None:
+            credit_not_agent_time(time.perf_counter() - tried, "failed model request")
+        async with not_agent_time(f"model retry backoff {delay:.3g}s after {last[:80]}"):
+            await asyncio.sleep(delay)
 
     def _parse(self, resp: Reply, history: list[str]) -> ModelReply | None:
         try:

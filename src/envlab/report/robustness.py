@@ -40,6 +40,8 @@ class RunSide(BaseModel):
     high: float | None = None
     excluded: dict[str, int] = Field(default_factory=dict)
     """Episodes left out of the scores, by status (``infra_error``, ``env_error``)."""
+    model_failed: int = 0
+    """Episodes the agent's model endpoint failed (scored 0, or excluded by the run's policy)."""
     gates: dict[str, int] = Field(default_factory=dict)
     """Episodes whose reward a safety gate zeroed, by gate (``gated_by``)."""
     faults: int = 0

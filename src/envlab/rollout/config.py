@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envlab.core import (
+    ConfigError,
     Environment,
     EpisodeTimeLimit,
     Limits,
+    ModelFailures,
     OrderEnforcing,
     Reward,
     StepLimit,
@@ -32,12 +34,23 @@ class EpisodeConfig:
     overloaded)."""
     max_retries: int = 2
     retry_backoff: float = 0.05
+    model_failures: ModelFailures = "agent"
+    """Whose failure the agent's model endpoint failing is (``core.clock.ModelFailures``): the
+    agent's (scored 0, counted as model failures) unless a run that drives its own trusted
+    endpoint asks for ``exclude``; the run records it and every report says so."""
+
+    def __post_init__(self) -> None:
+        if self.model_failures not in ("agent", "exclude"):
+            raise ConfigError(
+                f"model_failures must be 'agent' or 'exclude', got {self.model_failures!r}"
+            )
 
     def describe(self) -> dict[str, Any]:
         return {
             "overrides": self.overrides.model_dump(exclude_unset=True),
             "wait_timeout": self.wait_timeout,
             "max_retries": self.max_retries,
+            "model_failures": self.model_failures,
         }
 
 

@@ -35,7 +35,9 @@ from envlab.core import (
     Timings,
     Trajectory,
     install_agent_clock,
+    install_model_failures,
     reset_agent_clock,
+    reset_model_failures,
 )
 from envlab.rollout.actions import check_action
 from envlab.rollout.config import EpisodeConfig, EpisodeHooks, describe_exception, wrap_for_limits
@@ -113,6 +115,7 @@ class Attempt:
         dl = deadlines()
         clock = dl.agent_clock(me, wait_limit=self.cfg.wait_timeout)
         token = install_agent_clock(clock)
+        policy = install_model_failures(self.cfg.model_failures)
         try:
             await self._play(me, clock)
         except asyncio.CancelledError:
@@ -127,6 +130,7 @@ class Attempt:
         finally:
             clock.close()
             reset_agent_clock(token)
+            reset_model_failures(policy)
             if dl.clear(me):
                 await dl.absorb(me)
         reward, grader_failed, grade_s = await self._grade(me)
@@ -304,9 +308,10 @@ class Attempt:
         if isinstance(e, EpisodeTimeExceeded):
             self.status = Status.TIMEOUT
             self.error = EpisodeError(kind="timeout", phase=self.phase, message=message)
-        elif isinstance(e, InfraError) and (
-            self.phase not in _AGENT_PHASES or isinstance(e, ModelUnavailable)
-        ):  # the environment's sandbox or envlab's model transport: never the party's fault
+        elif isinstance(e, ModelUnavailable) and self.phase in _AGENT_PHASES:
+            self._model_failed(message)
+        elif isinstance(e, InfraError) and self.phase not in _AGENT_PHASES:
+            # the environment's sandbox, a simulated user's or a judge's model: the machinery's
             self.status = Status.INFRA_ERROR
             self.error = EpisodeError(kind="infra", phase=self.phase, message=message)
         elif isinstance(e, InfraError):  # an agent claiming an outage: only envlab's transport may
@@ -325,6 +330,22 @@ class Attempt:
         else:  # a bug in the engine is infrastructure, not the agent's failure
             self.status = Status.INFRA_ERROR
             self.error = EpisodeError(kind="engine", phase="engine", message=message)
+
+    def _model_failed(self, message: str) -> None:
+        """The agent's own model endpoint failed past its retries: the agent's failure (scored
+        0), or, in a run that excludes model failures (a trusted endpoint), ``infra_error``."""
+        if self.cfg.model_failures == "exclude":
+            self.status = Status.INFRA_ERROR
+            note = "excluded: this run excludes model failures (--model-failures exclude)"
+        else:
+            self.status = Status.AGENT_ERROR
+            note = (
+                "the agent's failure, scored 0: the agent is model + harness + operations; a run "
+                "on a trusted endpoint of its own may exclude these (--model-failures exclude)"
+            )
+        headline, _, rest = message.partition("\n")
+        message = f"{headline} ({note})\n{rest}"
+        self.error = EpisodeError(kind="model", phase=self.phase, message=message)
 
     def _timed_out(self, reason: str, clock: EpisodeClock) -> None:
         """Which limit fired, its value and what was running; only the agent's own limits

@@ -224,7 +224,7 @@ def _resume_state(
         raise ConfigError(
             f"cannot resume {run_dir}: this command differs from the recorded run in "
             f"{', '.join(diff)}. Resume with the same environment, agent, seed, tasks and "
-            "samples, or use a new --out."
+            "samples (and --model-failures), or use a new --out."
         )
     info.created_at, info.resumed_at = old.created_at, [*old.resumed_at, time.time()]
     info.command = old.command

@@ -46,6 +46,7 @@ class RunInfo(BaseModel):
             "seed": self.seed,
             "samples": self.samples,
             "task_set_hash": self.task_set_hash,
+            "model_failures": self.episode_config.get("model_failures", "agent"),
         }
 
 

@@ -80,7 +80,7 @@
     const kmax = Math.max(...RUNS.map((r) => r.summary.samples_per_task));
     const head = ["run", "agent", "environment", "tasks", "episodes (scored / excluded)",
       `mean reward (${pct} CI)`, `pass rate (${pct} CI)`, "pass@1", kmax > 1 ? "pass^k (k = samples)" : null,
-      "gate", "grader failed (scored 0)", "tool errors", "mean steps"].filter((x) => x !== null);
+      "gate", "grader failed (scored 0)", "model failures", "tool errors", "mean steps"].filter((x) => x !== null);
     const rows = RUNS.map((run, r) => {
       const S = run.summary;
       const gate = S.gate ? h("span", { class: S.gate.passed === false ? "error" : "" },
@@ -97,6 +97,10 @@
         kmax > 1 ? h("td", { class: "num", text: S.samples_per_task > 1 ? `${fmt(S.pass_hat_k[String(S.samples_per_task)])} (k=${S.samples_per_task})` : "–" }) : null,
         h("td", {}, gate),
         h("td", { class: "num", text: S.n_grader_failed || 0 }),
+        h("td", { class: "num", title: "the agent's model endpoint failed past its retries" },
+          `${S.n_model_failed || 0} `,
+          h("span", { class: S.model_failures === "exclude" ? "error" : "ci",
+            text: S.model_failures === "exclude" ? "(excluded: --model-failures exclude)" : "(scored 0)" })),
         h("td", { class: "num", text: S.tool_errors }),
         h("td", { class: "num", text: fmt(S.mean_steps, 2) }));
     });
