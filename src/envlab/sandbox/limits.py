@@ -19,6 +19,9 @@ log = logging.getLogger(__name__)
 
 GiB = 1 << 30
 MiB = 1 << 20
+STORAGE_BYTES = 8 * GiB
+"""The bound of an agent's sandbox's writes when nothing sets one (a task folder with no
+``storage_mb``), the same in every runtime: the host's disk is never the agent's to fill."""
 
 
 class Limits(BaseModel):

@@ -67,3 +67,26 @@ async def test_a_workspace_cannot_outgrow_storage_mb_nor_cost_the_host_more(
     # while the workspace and its sparse file existed, the host had lost at most the limit
     lost = before - seen["free"]
     assert lost <= (LIMIT_MB << 20) + (16 << 20), lost >> 20
+
+
+@requires_bwrap
+async def test_a_task_without_storage_mb_is_still_bounded_in_host_mode(tmp_path: Path) -> None:
+    """Measured: with no ``storage_mb`` one host-mode command took 4.8 GB of the host's disk.
+    Every runtime now bounds the workspace by default (``STORAGE_BYTES``), a filesystem of its
+    own the agent sees the size of."""
+    from envlab.sandbox.limits import STORAGE_BYTES
+
+    path = make_task(tmp_path, test_sh="echo 0 > /logs/verifier/reward.txt\n")
+    agent_sh = tmp_path / "df.sh"
+    write(agent_sh, "df -B1 --output=size . | tail -1 | sed 's/^ */size=/'\n")
+    spec = TerminalEnv(path, images="off")
+    task = spec.tasks()[0]
+    planned = PlannedEpisode(
+        task, 0, episode_ids(spec.name, spec.content_hash(), task.id, 0, 0),
+        factory(ShellScriptAgent(agent_sh)),
+    )  # fmt: skip
+    traj = await run_episode(spec, planned, config=EpisodeConfig())
+    assert traj.status is Status.OK, (traj.error, traj.grader_failed)
+    shown = "\n".join(str(m.get("content", "")) for m in traj.messages)
+    sizes = [int(s) for s in re.findall(r"size=(\d+)", shown)]
+    assert sizes and STORAGE_BYTES * 0.9 <= sizes[-1] <= STORAGE_BYTES, shown[-1000:]

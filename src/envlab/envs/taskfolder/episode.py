@@ -34,6 +34,7 @@ from envlab.sandbox import (
     copy_tree,
     scratch_dir,
 )
+from envlab.sandbox.limits import STORAGE_BYTES
 from envlab.sandbox.tasks.runtime import TaskRuntime, prepare_runtime
 
 if TYPE_CHECKING:
@@ -70,11 +71,12 @@ def describe(res: ExecResult, timeout: float) -> str:
 
 def sandbox_limits(folder: TaskFolder) -> Limits:
     """What the agent's sandbox may use: ``[environment]`` memory (default 4 GiB) and storage
-    (``storage_mb`` bounds the whole workspace, a filesystem of its own, not one file)."""
+    (``storage_mb`` bounds the whole workspace, a filesystem of its own, not one file; without
+    it ``STORAGE_BYTES``, in every runtime: the host's disk is not the agent's to fill)."""
     cfg = folder.config.environment
     return Limits(
         memory_bytes=(cfg.memory_mb or 4096) << 20,
-        **({"storage_bytes": cfg.storage_mb << 20} if cfg.storage_mb else {}),
+        storage_bytes=(cfg.storage_mb << 20) if cfg.storage_mb else STORAGE_BYTES,
     )
 
 

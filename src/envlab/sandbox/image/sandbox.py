@@ -35,15 +35,13 @@ from envlab.sandbox.image.runner import (
 )
 from envlab.sandbox.image.squash import fit
 from envlab.sandbox.image.store import Image, touch
-from envlab.sandbox.limits import Cgroup, GiB, Limits
+from envlab.sandbox.limits import STORAGE_BYTES, Cgroup, GiB, Limits
 from envlab.sandbox.network import PublicNetwork
 from envlab.sandbox.owner import current_owner
 from envlab.sandbox.process import RawResult, run_process
 from envlab.sandbox.storage import Storage
 
 log = logging.getLogger(__name__)
-STORAGE_BYTES = 8 * GiB
-"""The bound of a sandbox's writes when its limits set no ``storage_bytes``."""
 MEMORY_BYTES = 4 * GiB
 """Its memory when its limits set none."""
 

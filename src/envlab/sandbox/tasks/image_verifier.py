@@ -28,7 +28,7 @@ from envlab.core.rubric import Reward
 from envlab.sandbox import Limits, Mount, verifier_kit
 from envlab.sandbox.image.persistent import PRIVATE_LOGS, VERIFIER_CGROUP
 from envlab.sandbox.image.runner import host_network_trust
-from envlab.sandbox.image.sandbox import STORAGE_BYTES, ImageSandbox
+from envlab.sandbox.image.sandbox import ImageSandbox
 from envlab.sandbox.image.store import (
     META,
     Image,
@@ -41,6 +41,7 @@ from envlab.sandbox.image.store import (
     remove_tree,
     scratch,
 )
+from envlab.sandbox.limits import STORAGE_BYTES
 from envlab.sandbox.tasks import offline
 from envlab.sandbox.tasks.carry import ARTIFACTS, carry
 from envlab.sandbox.tasks.source import TaskSource
