@@ -207,6 +207,21 @@ def _tamper(path: Path, kind: str, marker: Path) -> None:
     elif kind == "negative_offset":
         good["loop"]["trajectories_bytes"] = -1
         torch.save(good, path)
+    elif kind in ("smaller_offset", "smaller_metrics", "mid_line_offset", "old_smaller_offset"):
+        # a smaller size that ends a line: a resume would have cut recorded episodes silently
+        name, key = (("metrics.jsonl", "metrics_bytes") if kind == "smaller_metrics"
+                     else ("trajectories.jsonl", "trajectories_bytes"))  # fmt: skip
+        lines = (path.parent.parent / name).read_bytes()[: good["loop"][key]].splitlines(True)
+        good["loop"][key] = sum(len(x) for x in lines[: len(lines) // 2])
+        if kind == "mid_line_offset":
+            good["loop"][key] += 3
+        if kind == "old_smaller_offset":  # a checkpoint written before tails were recorded
+            good["loop"]["trajectories_tail"] = good["loop"]["metrics_tail"] = ""
+            good["loop"][key] += 3
+        torch.save(good, path)
+    elif kind == "bad_tail":
+        good["loop"]["trajectories_tail"] = "not a digest"
+        torch.save(good, path)
 
 
 @pytest.mark.parametrize(
@@ -221,6 +236,11 @@ def _tamper(path: Path, kind: str, marker: Path) -> None:
         "bad_loop",
         "no_loop",
         "negative_offset",
+        "smaller_offset",
+        "smaller_metrics",
+        "mid_line_offset",
+        "old_smaller_offset",
+        "bad_tail",
     ],
 )
 def test_a_tampered_checkpoint_is_a_clear_store_error_and_loses_nothing(
@@ -279,6 +299,56 @@ def test_a_learner_that_fails_mid_run_loses_nothing_on_resume(tmp_path: Path) ->
     assert [m.step for m in read_metrics(run / "metrics.jsonl")] == list(range(1, 7))
     trajs = _trajectories(run)
     assert len({t.episode_id for t in trajs}) == len(trajs)
+
+
+class _TensorLearner(TableLearner):
+    """A table learner that also holds a real torch module in its state."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.head = torch.nn.Linear(2, 2)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "head": dict(self.head.state_dict())}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.head.load_state_dict(state["head"])  # torch's own error on a shape mismatch
+        super().load_state_dict(state)
+
+
+@pytest.mark.parametrize("change", ["shape", "missing"])
+def test_a_checkpoint_the_learner_cannot_take_is_a_clear_store_error(
+    tmp_path: Path, change: str
+) -> None:
+    run = tmp_path / "run"
+    _train(run, _TensorLearner(), steps=4, checkpoint_every=2)
+    ckpt = latest_checkpoint(run)
+    assert ckpt is not None
+    good = torch.load(ckpt, weights_only=True)
+    if change == "shape":
+        good["learner"]["head"]["weight"] = torch.zeros(3, 3)
+    else:
+        del good["learner"]["head"]["bias"]
+    torch.save(good, ckpt)
+    before = {name: (run / name).read_bytes() for name in RUN_FILES}
+    with pytest.raises(StoreError, match=r"step-000004\.pt.*RuntimeError"):
+        _train(run, _TensorLearner(), steps=6, checkpoint_every=2, resume=True)
+    assert {name: (run / name).read_bytes() for name in RUN_FILES} == before
+
+
+def test_what_was_recorded_after_the_checkpoint_is_set_aside_not_lost(tmp_path: Path) -> None:
+    """A run killed after its checkpoint recorded more episodes; the resume redoes those steps,
+    and the lines it sets aside are kept beside the file, byte for byte."""
+    run = tmp_path / "run"
+    _train(run, TableLearner(), steps=4, checkpoint_every=2)
+    last = latest_checkpoint(run)
+    assert last is not None and last.name == "step-000004.pt"
+    last.unlink()  # as if killed before it was written: steps 3 and 4 are past step 2's
+    whole = (run / "trajectories.jsonl").read_bytes()
+    result = _train(run, TableLearner(), steps=4, checkpoint_every=2, resume=True)
+    aside = run / "trajectories.jsonl.after-step-2"
+    assert aside.exists() and whole.endswith(aside.read_bytes()) and aside.read_bytes()
+    assert any("after-step-2" in n for n in result.notes)
 
 
 @pytest.mark.parametrize("name", ["trajectories.jsonl", "metrics.jsonl"])

@@ -8,6 +8,7 @@ never code, so opening one cannot run anything.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import re
@@ -37,8 +38,12 @@ class LoopState:
     excluded_samples: int = 0
     elapsed_s: float = 0.0
     trajectories_bytes: int = 0
-    """Size of ``trajectories.jsonl`` at the checkpoint: lines after it are cut on resume."""
+    """Size of ``trajectories.jsonl`` at the checkpoint: lines after it are set aside on resume."""
     metrics_bytes: int = 0
+    trajectories_tail: str = ""
+    """``tail_digest`` of ``trajectories.jsonl`` at ``trajectories_bytes`` ("" before it was
+    recorded): a resume checks the file still ends a line there with that same line."""
+    metrics_tail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,11 +58,37 @@ class LoopState:
                 ok = isinstance(value, int | float) and value >= 0
             elif name == "pending":
                 ok = isinstance(value, list) and all(_count(v) for v in value)
+            elif name.endswith("_tail"):
+                ok = isinstance(value, str) and len(value) in (0, 64)
             else:
                 ok = _count(value)
             if not ok:
                 raise ValueError(f"the loop's {name} is {value!r}")
         return state
+
+
+def tail_digest(path: Path, size: int) -> str:
+    """SHA-256 of the line of ``path`` that ends at byte ``size`` (with its newline); "" when
+    ``size`` is 0. ``ValueError`` when no line ends there (the file is shorter, or ``size``
+    falls inside a line)."""
+    if size == 0:
+        return ""
+    with path.open("rb") as f:
+        start = size
+        while start > 0:  # back to the newline before the last line (lines are short)
+            step = min(start, 1 << 16)
+            f.seek(start - step)
+            chunk = f.read(step)
+            cut = chunk.rfind(b"\n", 0, len(chunk) - 1 if start == size else len(chunk))
+            if cut >= 0:
+                start = start - step + cut + 1
+                break
+            start -= step
+        f.seek(start)
+        line = f.read(size - start)
+    if len(line) != size - start or not line.endswith(b"\n"):
+        raise ValueError(f"no line of {path.name} ends at byte {size}")
+    return hashlib.sha256(line).hexdigest()
 
 
 def _count(value: Any) -> bool:

@@ -58,7 +58,7 @@ from envlab.rollout.driver import (
 )
 from envlab.runs import TRAJECTORIES_FILE, TrajectoryStore
 from envlab.runs.metrics import METRICS_FILE, PLOT_FILE, StepMetrics, append_metrics, read_metrics
-from envlab.train.checkpoint import LoopState, latest_checkpoint, save_checkpoint
+from envlab.train.checkpoint import LoopState, latest_checkpoint, save_checkpoint, tail_digest
 from envlab.train.learner import POLICY_VERSION, Group, Learner
 from envlab.train.metrics import plot_rewards
 from envlab.train.run_files import prepare_run
@@ -407,9 +407,12 @@ class _Loop:
             dropped_groups=s.dropped_groups,
             excluded_samples=s.excluded_samples,
             elapsed_s=s.elapsed_s + (now - self.t0),
-            trajectories_bytes=self.store.path.stat().st_size,
-            metrics_bytes=(self.run_dir / METRICS_FILE).stat().st_size,
         )
+        for name, path in (("trajectories", self.store.path),
+                           ("metrics", self.run_dir / METRICS_FILE)):  # fmt: skip
+            size = path.stat().st_size
+            setattr(snap, f"{name}_bytes", size)
+            setattr(snap, f"{name}_tail", tail_digest(path, size))
         save_checkpoint(self.run_dir, self.learner.state_dict(), snap)
 
 

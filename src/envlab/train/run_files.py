@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,7 +15,7 @@ from envlab import __version__
 from envlab.core import ConfigError, EnvSpec, StoreError, TaskSet
 from envlab.runs import RUN_FILE, TRAJECTORIES_FILE, RunInfo, write_run_info
 from envlab.runs.metrics import METRICS_FILE, truncate
-from envlab.train.checkpoint import LoopState, latest_checkpoint, load_checkpoint
+from envlab.train.checkpoint import LoopState, latest_checkpoint, load_checkpoint, tail_digest
 from envlab.train.learner import Learner
 from envlab.train.metrics import dump_json
 
@@ -66,7 +67,7 @@ def prepare_run(
         ckpt = latest_checkpoint(run_dir)
         if ckpt is not None:
             learner_state, state = load_checkpoint(ckpt)
-            learner.load_state_dict(learner_state)
+            _load_learner(learner, learner_state, ckpt)
             if learner.version != state.step:
                 raise StoreError(
                     f"{ckpt}: the learner's state is at version {learner.version} but the "
@@ -75,23 +76,71 @@ def prepare_run(
             notes.append(f"resumed from {ckpt.name} (step {state.step})")
         else:
             notes.append("no checkpoint yet: started again from step 0")
-        _cut_back(run_dir / TRAJECTORIES_FILE, state.trajectories_bytes, ckpt)
-        _cut_back(run_dir / METRICS_FILE, state.metrics_bytes, ckpt)
+        files = ((run_dir / TRAJECTORIES_FILE, state.trajectories_bytes, state.trajectories_tail),
+                 (run_dir / METRICS_FILE, state.metrics_bytes, state.metrics_tail))  # fmt: skip
+        for path, size, tail in files:  # every file checked before any is cut
+            _check_cut(path, size, tail, ckpt)
+        for path, size, _ in files:
+            if (aside := set_aside(path, size, state.step)) is not None:
+                notes.append(f"{aside.name}: what {path.name} recorded after step {state.step}")
     dump_json(train_file, identity | {"steps": cfg.steps, "concurrency": cfg.concurrency})
     _write_run_info(run_dir, spec, tasks, learner, cfg, command)
     return state, notes
 
 
-def _cut_back(path: Path, size: int, ckpt: Path | None) -> None:
-    """Cut ``path`` to what the checkpoint saw; a file shorter than that lost lines the
-    checkpoint counts on (cut by hand, or restored from an older copy): refuse it."""
+def _load_learner(learner: Learner, state: dict[str, Any], ckpt: Path) -> None:
+    """The learner's state from ``ckpt``; a state it cannot take (a tensor of another shape, a
+    key missing) is a clear ``StoreError`` naming the checkpoint, never a raw traceback."""
+    try:
+        learner.load_state_dict(state)
+    except (RuntimeError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+        raise StoreError(
+            f"the learner cannot take the state in the checkpoint {ckpt} ({type(e).__name__}: "
+            f"{str(e)[:500]}): it was written by another learner or model, or changed. Delete "
+            "it to resume from the one before, or start a new run with another --out."
+        ) from e
+
+
+def _check_cut(path: Path, size: int, tail: str, ckpt: Path | None) -> None:
+    """The checkpoint's view of ``path`` must still hold: at least ``size`` bytes, a line
+    ending at ``size``, and (when recorded) that line the one the checkpoint saw. Else the
+    file or the checkpoint was changed: refuse, before anything is cut."""
     have = path.stat().st_size if path.exists() else 0
     if have < size:
         raise StoreError(
             f"{path} has {have} bytes but the checkpoint {ckpt} saw {size}: lines it counts on "
             "are gone. Restore the file, or start a new run with another --out."
         )
+    try:
+        found: str | None = tail_digest(path, size)
+    except ValueError:
+        found = None  # ``size`` falls inside a line
+    if found is None or (tail and found != tail):
+        raise StoreError(
+            f"the checkpoint {ckpt} does not match {path}: the line it saw last, at byte {size}, "
+            "is not there. The checkpoint or the file was changed; nothing was cut. Restore "
+            "them, delete the checkpoint to resume from the one before, or use another --out."
+        )
+
+
+def set_aside(path: Path, size: int, step: int) -> Path | None:
+    """Move what ``path`` holds past ``size`` (recorded after the checkpoint of ``step``: the
+    steps a resume redoes) to ``PATH.after-step-N[.k]``, then cut ``path`` there. Nothing
+    recorded is lost; ``None`` when there was nothing past ``size``."""
+    if not path.exists() or path.stat().st_size <= size:
+        return None
+    aside = path.with_name(f"{path.name}.after-step-{step}")
+    k = 1
+    while aside.exists():
+        aside, k = path.with_name(f"{path.name}.after-step-{step}.{k}"), k + 1
+    with path.open("rb") as src, aside.open("xb") as dst:
+        src.seek(size)
+        while chunk := src.read(1 << 20):
+            dst.write(chunk)
+        dst.flush()
+        os.fsync(dst.fileno())
     truncate(path, size)
+    return aside
 
 
 def _read_identity(path: Path) -> dict[str, Any]:
