@@ -33,6 +33,14 @@ def serve_cmd(
             "--idle-timeout", help="Seconds a session may stay silent before it is closed."
         ),
     ] = 600.0,
+    request_timeout: Annotated[
+        float,
+        typer.Option(
+            "--request-timeout",
+            help="Seconds one HTTP request may take to arrive, headers and body; a slower one "
+            "is cut off (a client trickling bytes cannot hold a socket).",
+        ),
+    ] = 30.0,
     env_arg: Annotated[
         list[str] | None,
         typer.Option("--env-arg", "-e", metavar="KEY=VALUE", help="Environment config (repeat)."),
@@ -96,4 +104,5 @@ def serve_cmd(
         max_sessions=max_sessions,
         idle_timeout=idle_timeout,
         limits=limits,
+        request_timeout_s=request_timeout,
     )

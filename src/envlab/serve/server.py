@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from envlab.core import ConfigError, InfraError
 
+REQUEST_TIMEOUT_S = 30.0
+"""How long one HTTP request may take to arrive, headers and body (``serve.protocol``)."""
+
 if TYPE_CHECKING:
     from envlab.core import EnvSpec, Limits
     from envlab.serve.sessions import SessionManager
@@ -26,14 +29,22 @@ def require_serve() -> None:
         ) from None
 
 
-def _uvicorn_config(app: Any, host: str, port: int, log_level: str) -> Any:
+def _uvicorn_config(
+    app: Any, host: str, port: int, log_level: str, request_timeout_s: float
+) -> Any:
     import uvicorn
 
+    from envlab.serve.protocol import bounded_protocol
+
+    if request_timeout_s <= 0:
+        raise ConfigError(f"--request-timeout must be > 0 seconds, got {request_timeout_s}")
     return uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=log_level,
+        http=bounded_protocol(request_timeout_s),  # a request must arrive in time
+        h11_max_incomplete_event_size=64 * 1024,  # headers larger than this: 400
         access_log=False,
         ws="websockets-sansio",
         ws_max_size=64 * 1024 * 1024,
@@ -51,15 +62,17 @@ def serve(
     idle_timeout: float = 600.0,
     limits: Limits | None = None,
     log_level: str = "warning",
+    request_timeout_s: float = REQUEST_TIMEOUT_S,
 ) -> None:
-    """Serve ``spec`` until interrupted; a shutdown (Ctrl-C, SIGTERM) closes every episode."""
+    """Serve ``spec`` until interrupted; a shutdown (Ctrl-C, SIGTERM) closes every episode.
+    ``request_timeout_s``: how long one HTTP request may take to arrive (headers and body)."""
     require_serve()
     import uvicorn
 
     from envlab.serve.app import create_app
 
     app = create_app(spec, max_sessions=max_sessions, idle_timeout=idle_timeout, limits=limits)
-    uvicorn.Server(_uvicorn_config(app, host, port, log_level)).run()
+    uvicorn.Server(_uvicorn_config(app, host, port, log_level, request_timeout_s)).run()
 
 
 class ServerThread:
@@ -80,6 +93,7 @@ class ServerThread:
         idle_timeout: float = 600.0,
         limits: Limits | None = None,
         log_level: str = "warning",
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
         require_serve()
         import uvicorn
@@ -91,7 +105,9 @@ class ServerThread:
         )
         self.sessions: SessionManager = self.app.state.sessions
         self.host = host
-        self._server = uvicorn.Server(_uvicorn_config(self.app, host, port, log_level))
+        self._server = uvicorn.Server(
+            _uvicorn_config(self.app, host, port, log_level, request_timeout_s)
+        )
         self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         self._thread = threading.Thread(target=self._run, name="envlab-serve", daemon=True)
         self._error: BaseException | None = None
