@@ -25,6 +25,10 @@ class Limits(BaseModel):
     reset_timeout_s: float | None = Field(900.0, gt=0)
     """Building a workspace, starting a sandbox: never the agent's time; past it ``infra_error``."""
     grade_timeout_s: float | None = Field(600.0, gt=0)
+    tool_call_s: float | None = Field(60.0, gt=0)
+    """One sync tool call's time (``ToolEnv``: tools run off the event loop); past it, or past
+    ``tool_cpu_s`` of CPU, the call is the agent's tool error and ends the episode, scored 0."""
+    tool_cpu_s: float | None = Field(10.0, gt=0)
 
     def over(self, base: Limits) -> Limits:
         """``base`` with the fields set explicitly on ``self`` replacing its own."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from envlab.core.environment import Environment
 from envlab.core.errors import EpisodeOrderError, ToolCallError
 from envlab.core.rubric import Reward, Rubric
+from envlab.core.tool_budget import ToolBudget, ToolOverrun, run_in_thread
 from envlab.core.tools import ToolSpec, collect_tools
 from envlab.core.types import Action, Observation, StepResult, Task, ToolCall, ToolResult
 
@@ -71,6 +74,14 @@ class ToolEnv(Environment):
     any other exception is the environment's failure (``env_error``). Arguments are decoded
     here, once, from what the agent sent.
 
+    Sync tools run off the event loop, one call after another, each within the task's
+    ``Limits.tool_call_s`` and ``tool_cpu_s`` (``core.tool_budget``): a slow tool delays its own
+    episode only. A call over budget is the agent's failure: it is answered with an error, the
+    episode ends there and is graded 0 without reading its state (``tool_overrun``), since the
+    thread may still be running inside the episode; later calls are refused. Async tools are
+    the author's own coroutines and run on the loop as written (their awaits bound nothing:
+    heavy work belongs in a sync tool).
+
     Subclasses set ``rubric`` and may override ``prompt``, ``on_reset`` and ``state``.
     """
 
@@ -91,7 +102,11 @@ class ToolEnv(Environment):
         self.done = False
         self.n_steps = 0
         self.tool_log: list[dict[str, Any]] = []
+        self.tool_overrun: str | None = None
+        """Why a tool call ran past its budget, if one did (the episode ended there)."""
         self._reward: Reward | None = None
+        self._tool_budget = ToolBudget()
+        self._tool_lock: asyncio.Lock | None = None
 
     # --- hooks for subclasses ----------------------------------------------------------------
     def prompt(self, task: Task) -> str:
@@ -113,6 +128,8 @@ class ToolEnv(Environment):
                 "fresh one (spec.new_episode())"
             )
         self.task, self.seed = task, seed
+        if self.spec is not None:
+            self._tool_budget = ToolBudget.of(self.spec.limits(task))
         await self.on_reset(task, seed)
         return Observation(text=self.prompt(task))
 
@@ -136,9 +153,10 @@ class ToolEnv(Environment):
             results.append(result)
             if self.done:
                 break
-        return StepResult(
-            Observation(tool_results=results), 0.0, done=self.done, info={"tool_errors": errors}
-        )
+        info: dict[str, Any] = {"tool_errors": errors}
+        if self.tool_overrun is not None:
+            info["tool_overrun"] = self.tool_overrun
+        return StepResult(Observation(tool_results=results), 0.0, done=self.done, info=info)
 
     def call_tool(self, call: ToolCall, default_id: str = "") -> Awaitable[ToolResult]:
         """Answer one call: through ``interceptor`` when one is set, else ``run_tool``."""
@@ -169,16 +187,46 @@ class ToolEnv(Environment):
             kwargs = spec.parse_arguments(call.arguments)
             # the record holds what was sent, even if the tool edits it
             sent = _snapshot(kwargs, call.name)
-            value = getattr(self, spec.attr)(**kwargs)
-            if inspect.isawaitable(value):
-                value = await value
+            value = await self._invoke(call.name, getattr(self, spec.attr), kwargs)
         except ToolCallError as e:  # refused by the schema (no arguments), or by the tool
             entry = {"name": call.name, "error": str(e)}
             self.tool_log.append(entry if sent is None else {**entry, "arguments": sent})
             return ToolResult(call_id, call.name, f"Error: {e}", is_error=True)
+        except ToolOverrun as e:
+            return self._overran(call, call_id, sent, str(e))
         content = value if isinstance(value, str) else repr(value)
         self.tool_log.append({"name": call.name, "arguments": sent, "result": content})
         return ToolResult(call_id, call.name, content)
+
+    async def _invoke(self, name: str, method: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        """The tool's value: an async tool awaited here, a sync one in a worker thread within
+        the budget, one call of the episode at a time, in order."""
+        if self.tool_overrun is not None:
+            raise ToolCallError(f"'{name}' was not run: {self.tool_overrun}")
+        if inspect.iscoroutinefunction(method):
+            return await method(**kwargs)
+        if self._tool_lock is None:
+            self._tool_lock = asyncio.Lock()
+        async with self._tool_lock:
+            try:
+                value = await run_in_thread(functools.partial(method, **kwargs), self._tool_budget)
+            except asyncio.CancelledError:  # its thread may run on: nothing of it is graded
+                self.tool_overrun = f"the call of '{name}' was cancelled while it ran"
+                raise
+        return await value if inspect.isawaitable(value) else value
+
+    def _overran(
+        self, call: ToolCall, call_id: str, sent: dict[str, Any] | None, why: str
+    ) -> ToolResult:
+        """Answer a call over its budget: the agent's error, and the end of the episode."""
+        message = (
+            f"the call of '{call.name}' was stopped: {why}. The episode ends here: a tool call "
+            "over its budget is the agent's failure, scored 0"
+        )
+        self.tool_overrun, self.done = message, True
+        entry: dict[str, Any] = {"name": call.name, "error": message, "overrun": True}
+        self.tool_log.append(entry if sent is None else {**entry, "arguments": sent})
+        return ToolResult(call_id, call.name, f"Error: {message}", is_error=True)
 
     def grading_context(self) -> GradingContext:
         if self.task is None:
@@ -187,12 +235,20 @@ class ToolEnv(Environment):
 
     async def grade(self) -> Reward:
         if self._reward is None:
-            self._reward = await self.rubric.score(self.grading_context())
+            self._reward = self.overrun_reward() or await self.rubric.score(self.grading_context())
         return self._reward
 
     async def regrade(self) -> Reward:
         """Score the rubric again on the same final state (no cached result)."""
-        return await self.rubric.score(self.grading_context())
+        return self.overrun_reward() or await self.rubric.score(self.grading_context())
+
+    def overrun_reward(self) -> Reward | None:
+        """0 when a tool call ran past its budget (``tool_overrun``), without reading the state:
+        its thread may still be changing it. Subclasses that grade their own way check it too."""
+        if self.tool_overrun is None:
+            return None
+        zeros = {c.name: 0.0 for c in self.rubric.components}
+        return Reward(total=0.0, components=zeros, details={"tool_overrun": self.tool_overrun})
 
     def state(self) -> dict[str, Any]:
         return {

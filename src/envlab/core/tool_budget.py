@@ -1,0 +1,290 @@
+"""Sync tool calls off the event loop, each within a time and CPU budget.
+
+A ``ToolEnv``'s sync tools run in a worker thread of one process-wide pool (``WORKERS``
+threads) instead of on the event loop, so a slow tool delays its own episode only: the loop
+keeps serving every other episode (a pure-Python tool gives the loop the GIL every
+``sys.getswitchinterval()``; ``bench/tools_offloop.py`` measures both). A thread is the only
+runner that fits every tool: tools mutate their episode (``self``: SQLite connections, lists),
+which a process cannot share.
+
+A watchdog thread checks the calls in flight every ``TICK`` seconds: past its wall budget
+(``Limits.tool_call_s``) or CPU budget (``Limits.tool_cpu_s``, the CPU time of the tool's own
+thread) a call is over budget: its awaiter gets ``ToolOverrun`` at once, and the thread is
+asked to stop: ``ToolAbandoned`` (a ``BaseException``, so ``except Exception`` in a tool does
+not swallow it) is raised in it at its next Python instruction (CPython's
+``PyThreadState_SetAsyncExc``). A thread cannot be killed, so a call stuck inside one C
+function (a long big-int operation, a blocking read) runs on until that function returns, and
+holds its worker until then; the pool is bounded, a call that finds every worker busy waits
+for one off the agent's clock. What a call over budget means for its episode is ``ToolEnv``'s.
+
+One C function that holds the GIL (a big-int power, a regex backtracking) stalls every thread,
+the loop included, and no thread can stop it: tools whose input decides such costs bound
+them before running (τ's ``calculate``: ``envlab.core.arith_cost``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from envlab.core.clock import not_agent_time
+from envlab.core.limits import Limits
+
+log = logging.getLogger("envlab.tools")
+
+WORKERS = 32
+"""Threads of the tool pool (process-wide). A call over budget holds its worker until its
+thread returns."""
+TICK = 0.02
+"""How often the watchdog checks the calls in flight (the budgets' precision)."""
+
+
+class ToolAbandoned(BaseException):
+    """Raised inside a tool's thread once its call ran past its budget: nothing more of the
+    call runs, beyond the C function it may be inside."""
+
+
+class ToolOverrun(Exception):
+    """A tool call ran past its budget (or was cancelled while running): its thread was told
+    to stop and the call's result, if one ever comes, is dropped."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolBudget:
+    """What one sync tool call may spend: wall seconds and CPU seconds of its thread
+    (``None``: no limit)."""
+
+    wall_s: float | None = 60.0
+    cpu_s: float | None = 10.0
+
+    @classmethod
+    def of(cls, limits: Limits) -> ToolBudget:
+        return cls(limits.tool_call_s, limits.tool_cpu_s)
+
+    def describe(self) -> str:
+        parts = [f"{self.wall_s:g}s of time" if self.wall_s is not None else ""]
+        parts.append(f"{self.cpu_s:g}s of CPU" if self.cpu_s is not None else "")
+        return " and ".join(p for p in parts if p) or "no limit"
+
+
+class _Call:
+    """One call in flight: run by a worker thread, watched by the watchdog, awaited on a loop."""
+
+    __slots__ = (
+        "budget",
+        "cpu0",
+        "fn",
+        "future",
+        "ident",
+        "injected",
+        "lock",
+        "loop",
+        "over",
+        "started",
+        "state",
+        "wake_on_start",
+    )
+
+    def __init__(self, fn: Callable[[], Any], budget: ToolBudget) -> None:
+        self.fn, self.budget = fn, budget
+        self.loop = asyncio.get_running_loop()
+        self.future: asyncio.Future[Any] = self.loop.create_future()
+        self.wake_on_start: asyncio.Future[None] | None = None
+        self.lock = threading.Lock()
+        self.state = "queued"  # queued -> running -> finished
+        self.ident = 0
+        self.started = self.cpu0 = 0.0
+        self.injected = False
+        self.over: str | None = None
+
+    # --- in the worker thread ------------------------------------------------------------------
+    def run(self) -> None:
+        ok, value = False, None
+        try:
+            with self.lock:
+                self.ident, self.state = threading.get_ident(), "running"
+                self.started, self.cpu0 = time.monotonic(), time.thread_time()
+                abandoned = self.over is not None  # cancelled while it waited for a worker
+            if self.wake_on_start is not None:
+                self._to_loop(_settle, self.wake_on_start, True, None)
+            if not abandoned:
+                _watchdog.add(self)
+                ok, value = True, self.fn()
+        except ToolAbandoned:
+            pass
+        except BaseException as e:  # the tool's own error, for its awaiter
+            value = e
+        finally:
+            self._finish()
+        if self.over is not None:  # abandoned: whatever it returned is dropped
+            ok, value = False, ToolOverrun(self.over)
+        self._to_loop(_settle, self.future, ok, value)
+
+    def _finish(self) -> None:
+        """No async exception reaches this thread once this returns (a pending one is cleared;
+        one delivered in here is the single one injected, and is taken)."""
+        _watchdog.discard(self)
+        while True:
+            try:
+                with self.lock:
+                    self.state = "finished"
+                    if self.injected:
+                        _async_raise(self.ident, None)
+                return
+            except ToolAbandoned:
+                continue
+
+    def _to_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    # --- from the watchdog or the loop ---------------------------------------------------------
+    def abandon(self, why: str) -> None:
+        """Drop the call: its awaiter gets ``ToolOverrun(why)`` (unless it is gone: cancelled),
+        its thread ``ToolAbandoned``."""
+        with self.lock:
+            if self.over is not None or self.state == "finished":
+                return
+            self.over = why
+            if self.state == "running":
+                self.injected = _async_raise(self.ident, ToolAbandoned)
+        log.warning("a tool call was abandoned: %s", why)
+        self._to_loop(_settle, self.future, False, ToolOverrun(why))
+
+    def cpu_s(self) -> float:
+        try:
+            clock = time.pthread_getcpuclockid(self.ident)
+            return time.clock_gettime(clock) - self.cpu0
+        except (AttributeError, OSError):  # no per-thread clocks here, or the thread is gone
+            return 0.0
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.done():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+_ctypes: Any = None
+
+
+def _async_raise(ident: int, exc: type[BaseException] | None) -> bool:
+    """Raise ``exc`` in thread ``ident`` at its next Python instruction (``None``: clear one
+    pending); False where CPython's API is not there."""
+    global _ctypes
+    try:
+        if _ctypes is None:
+            import ctypes
+
+            _ctypes = ctypes
+        set_exc = _ctypes.pythonapi.PyThreadState_SetAsyncExc
+    except (ImportError, AttributeError):
+        return False
+    obj = _ctypes.py_object(exc) if exc is not None else None
+    return bool(set_exc(_ctypes.c_ulong(ident), obj))
+
+
+class _Watchdog:
+    """One daemon thread that checks the running calls' budgets every ``TICK``; asleep when
+    no call runs."""
+
+    def __init__(self) -> None:
+        self.calls: set[_Call] = set()
+        self.cond = threading.Condition()
+        self.thread: threading.Thread | None = None
+
+    def add(self, call: _Call) -> None:
+        with self.cond:
+            self.calls.add(call)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._watch, name="envlab-tool-watchdog")
+                self.thread.daemon = True
+                self.thread.start()
+            self.cond.notify()
+
+    def discard(self, call: _Call) -> None:
+        with self.cond:
+            self.calls.discard(call)
+
+    def _watch(self) -> None:
+        while True:
+            with self.cond:
+                while not self.calls:
+                    self.cond.wait()
+                calls = list(self.calls)
+            now = time.monotonic()
+            for call in calls:
+                why = _over_budget(call, now)
+                if why is not None:
+                    self.discard(call)
+                    call.abandon(why)
+            time.sleep(TICK)
+
+
+def _over_budget(call: _Call, now: float) -> str | None:
+    b = call.budget
+    if b.wall_s is not None and now - call.started > b.wall_s:
+        return f"it ran longer than its budget of {b.wall_s:g}s (tool_call_s)"
+    if b.cpu_s is not None and call.cpu_s() > b.cpu_s:
+        return f"it used more than its budget of {b.cpu_s:g}s of CPU time (tool_cpu_s)"
+    return None
+
+
+_watchdog = _Watchdog()
+_pool: ThreadPoolExecutor | None = None
+_busy = 0  # calls submitted and not finished (changed on loops' threads, under _pool_lock)
+_pool_lock = threading.Lock()
+
+
+def _submit(call: _Call) -> bool:
+    """Hand ``call`` to the pool; True when every worker was busy (it waits for one)."""
+    global _pool, _busy
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="envlab-tool")
+        pool, saturated = _pool, _busy >= WORKERS
+        _busy += 1
+    if saturated:
+        call.wake_on_start = call.loop.create_future()
+    pool.submit(call.run).add_done_callback(_freed)  # may call _freed at once: not under lock
+    return saturated
+
+
+def _freed(_: object) -> None:
+    global _busy
+    with _pool_lock:
+        _busy -= 1
+
+
+async def run_in_thread(fn: Callable[[], Any], budget: ToolBudget) -> Any:
+    """``fn()`` in a worker thread (in the caller's context), within ``budget``.
+
+    Raises ``ToolOverrun`` when the call runs past its budget; a cancelled caller (a step's
+    deadline) abandons the call the same way before the cancellation goes on. Waiting for a
+    free worker is not the agent's time."""
+    ctx = contextvars.copy_context()
+    call = _Call(lambda: ctx.run(fn), budget)
+    try:
+        if _submit(call):
+            assert call.wake_on_start is not None
+            async with not_agent_time("a free tool thread"):
+                await call.wake_on_start
+        return await call.future
+    except asyncio.CancelledError:
+        call.abandon("the call was cancelled while it ran (a deadline of the step)")
+        call.future.cancel()  # nobody awaits its outcome now
+        raise
+
+
+__all__ = ["TICK", "WORKERS", "ToolAbandoned", "ToolBudget", "ToolOverrun", "run_in_thread"]
