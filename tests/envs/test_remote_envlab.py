@@ -19,7 +19,9 @@ from envlab.core import (
     AgentSpec,
     Limits,
     Observation,
+    Reward,
     Status,
+    StepResult,
     Task,
     ToolCall,
     Trajectory,
@@ -29,6 +31,8 @@ from envlab.envs.remote import RemoteEnv
 from envlab.rollout import EpisodeConfig, PlannedEpisode, episode_ids, run_episodes
 from tests.conftest import subprocess_env
 from tests.fixtures.openenv_echo import free_port, wait_healthy
+from tests.support.envs import EchoEpisode
+from tests.support.play import echo_with
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -254,3 +258,31 @@ async def test_an_action_too_large_for_the_wire_is_the_agents_not_infra(
         (traj,) = await play(spec, [AgentClass(ScriptAgent, [huge])], [task], EpisodeConfig())
         assert traj.status.scored, (traj.status, traj.error)
         assert traj.attempts == 1 and traj.reward == 0.0
+
+
+class _BigDetailsEpisode(EchoEpisode):
+    """Its grade carries 5 MiB of details (and each step's info 2 MiB): what a server sends."""
+
+    async def grade(self) -> Reward:
+        r = await super().grade()
+        return r.model_copy(update={"details": {**r.details, "blob": "x" * (5 << 20)}})
+
+    async def step(self, action: Action) -> StepResult:
+        result = await super().step(action)
+        result.info["blob"] = "y" * (2 << 20)
+        return result
+
+
+async def test_a_servers_huge_frames_are_cut_to_the_trajectorys_budget() -> None:
+    """Measured: a remote server's 30 MiB ``details`` was stored whole in every trajectory."""
+    with ServerThread(echo_with(_BigDetailsEpisode)) as srv:
+        spec = load_env(remote_url(srv))
+        assert isinstance(spec, RemoteEnv)
+        tasks = list(spec.tasks(n=1))
+        [t] = await play(spec, [AgentClass(ScriptAgent, [Action(text="ok")])], tasks)
+    assert t.status is Status.OK and t.reward == 1.0, t.error  # the grade itself is whole
+    stored = t.to_json()
+    limit = spec.config.max_stored_bytes
+    assert len(stored) < limit + (256 << 10), len(stored)
+    assert b"x" * 1024 not in stored and b"y" * 1024 not in stored
+    assert b"cut: the server sent" in stored and b"max_stored_bytes" in stored

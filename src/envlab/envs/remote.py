@@ -50,6 +50,10 @@ class RemoteConfig(BaseModel):
     ping_interval_s: float | None = Field(20.0, gt=0)
     """WebSocket keepalive: a connection silent past a ping is dropped (``infra_error``)."""
     max_frame_bytes: int = Field(64 * 2**20, ge=2**16)
+    max_stored_bytes: int = Field(1 << 20, ge=2**10)
+    """What the server's frames may store in one trajectory besides the conversation (the
+    reset frame, steps' ``info``, the grade's ``details``); past it, cut with a note
+    (``envs.remote_budget``)."""
 
     @field_validator("url")
     @classmethod

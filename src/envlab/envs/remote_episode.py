@@ -33,6 +33,7 @@ from envlab.core import (
     ToolResult,
     ToolSpec,
 )
+from envlab.envs.remote_budget import FrameBudget
 from envlab.envs.remote_openenv import ActionShape, observation_text, remote_tool
 from envlab.serve import wire
 
@@ -76,6 +77,7 @@ class RemoteEpisode(Environment):
         self._server_steps = 0
         self._done = False
         self._snapshot: dict[str, Any] = {}
+        self._budget = FrameBudget(spec.config.max_stored_bytes)
 
     # --- the episode --------------------------------------------------------------------------
     async def reset(self, task: Task, seed: int | None = None) -> Observation:
@@ -91,7 +93,10 @@ class RemoteEpisode(Environment):
             ref.pop("task_seed", None)
         frame = wire.reset_frame(seed=seed, **ref)
         data = await self._open(frame)
-        self._snapshot = {"task_id": task.id, "reset": _without_ids(data)}
+        self._snapshot = {
+            "task_id": task.id,
+            "reset": self._budget.keep(_without_ids(data), "the reset frame"),
+        }
         if self._envlab:
             first = self._read(data)
             self._tools = [remote_tool(t) for t in first.observation.tools]
@@ -116,7 +121,7 @@ class RemoteEpisode(Environment):
             return _refusal(action, str(e))
         sd = self._read(data)
         obs = wire.observation_from_wire(sd.observation)
-        info = dict(sd.observation.info)
+        info = self._budget.keep(dict(sd.observation.info), "a step's info")
         errors = info.get("tool_errors", 0)
         info["tool_errors"] = errors if type(errors) is int and errors >= 0 else 0
         if sd.done:
@@ -175,7 +180,8 @@ class RemoteEpisode(Environment):
         )
 
     def state(self) -> dict[str, Any]:
-        return {**self._snapshot, "server_steps": self._server_steps, "done": self._done}
+        cut = {"cut": list(self._budget.notes)} if self._budget.notes else {}
+        return {**self._snapshot, "server_steps": self._server_steps, "done": self._done, **cut}
 
     async def grade(self) -> Reward | None:
         """The server's reward: envlab's graded reward (or its grader's failure), or a plain
@@ -197,7 +203,7 @@ class RemoteEpisode(Environment):
                 total=graded.total,
                 components=graded.components,
                 gated_by=graded.gated_by,
-                details=graded.details or {},
+                details=self._budget.keep(graded.details or {}, "the grade's details"),
             )
         if not self._rewards:
             if self._server_steps == 0:  # the agent did nothing: nothing earned
