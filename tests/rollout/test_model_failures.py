@@ -180,3 +180,13 @@ def test_a_bad_policy_is_a_clear_error() -> None:
 
     with pytest.raises(ConfigError, match="agent' or 'exclude"):
         EpisodeConfig(model_failures="ignore")  # type: ignore[arg-type]
+
+
+async def test_a_comparison_says_when_a_run_excluded_its_model_failures(tmp_path: Path) -> None:
+    from envlab.measure.compare import compare_runs
+
+    await _run_dodged(tmp_path / "a", error(503, "overloaded"))
+    await _run_dodged(tmp_path / "b", error(503, "overloaded"), policy="exclude")
+    cmp = compare_runs(tmp_path / "a" / "run", tmp_path / "b" / "run")
+    assert any("B excluded its model failures" in n and "51 episodes" in n for n in cmp.notes)
+    assert not any(n.startswith("A excluded") for n in cmp.notes)

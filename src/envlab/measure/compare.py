@@ -138,6 +138,12 @@ def compare_runs(
     if a.pass_threshold != b.pass_threshold:
         notes.append(f"pass thresholds differ ({a.pass_threshold} vs {b.pass_threshold})")
     for label, run in (("A", a), ("B", b)):
+        if run.info.episode_config.get("model_failures") == "exclude":
+            failed = sum(r.model_failed for r in run.records)
+            notes.append(
+                f"{label} excluded its model failures (--model-failures exclude: {failed} "
+                "episodes not scored): its score is over the episodes its endpoint answered"
+            )
         if run.info.agent.privileged:
             notes.append(
                 f"{label} ({run.info.agent.name}) read hidden answers: a check of the "
