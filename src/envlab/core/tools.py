@@ -94,6 +94,11 @@ class ToolSpec:
                 ) from None
             except RecursionError:
                 raise self._too_deep() from None
+            except ValueError as e:  # an integer past Python's digit limit (4300 digits)
+                raise ToolCallError(
+                    f"arguments for tool '{self.name}' could not be read: {e}. "
+                    f"Send numbers of ordinary size, e.g. {self.example()}"
+                ) from None
         if not isinstance(arguments, dict):
             raise ToolCallError(
                 f"arguments for tool '{self.name}' must be a JSON object, got "
