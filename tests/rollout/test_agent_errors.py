@@ -8,6 +8,7 @@ dict, arguments JSON cannot encode), fails in its own phase: ``agent_error``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -137,3 +138,50 @@ async def test_the_recorded_message_is_what_the_agent_gave() -> None:
         "function": {"name": "repeat", "arguments": '{"text": "x"}'},
     }
     assert t.messages[1] == {"role": "assistant", "content": "", "tool_calls": [rendered]}
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        Action(text="\ud800"),
+        Action(text="caf\u00e9 \udfff"),
+        Action(tool_calls=[ToolCall("repeat", {"text": "a\ud800"}, id="c1")]),
+        Action(tool_calls=[ToolCall("repeat", {"te\udc80xt": "a"}, id="c1")]),
+        Action(tool_calls=[ToolCall("repeat", '{"text": "\ud800"}', id="c1")]),
+        Action(tool_calls=[ToolCall("rep\ud800eat", {"text": "a"}, id="c1")]),
+        Action(tool_calls=[ToolCall("repeat", {"text": ["x", {"y": "\ud800"}]}, id="c\ud800")]),
+    ],
+    ids=["text", "text-late", "arg-value", "arg-key", "arg-text", "name", "nested-and-id"],
+)
+async def test_text_no_encoder_can_write_is_the_agents_failure(action: Action) -> None:
+    """A lone surrogate in an action crashed the whole run when its record was written (the
+    agent escaping its grade by ending the run); it is the agent's malformed action."""
+    t = await play(EchoEnv(), ScriptAgent([action]), max_retries=2)
+    _own_failure(t)
+    assert t.error is not None and "not valid Unicode" in t.error.message
+    assert t.n_steps == 0, "the environment never saw it"
+    assert t.to_json()
+
+
+async def test_an_environments_invalid_text_is_written_not_the_runs_end(tmp_path: Path) -> None:
+    """An environment whose observation holds a lone surrogate: the episode is recorded with
+    U+FFFD in its place, and the run goes on."""
+    from envlab.core import AgentClass, Observation, StepResult
+    from envlab.rollout import rollout
+    from tests.support.envs import EchoEpisode
+    from tests.support.play import echo_with
+
+    class Garbled(EchoEpisode):
+        async def step(self, action: Action) -> StepResult:
+            result = await super().step(action)
+            return StepResult(Observation(text="bad \ud800 text"), result.reward, result.done,
+                              result.truncated, result.info)  # fmt: skip
+
+    env = echo_with(Garbled)
+    run = await rollout(env, AgentClass(ScriptAgent, [Action(text="ok")]), env.tasks(n=2),
+                        out_dir=tmp_path)  # fmt: skip
+    assert len(run.records) == 2
+    from envlab.runs import TrajectoryStore
+
+    trajs = TrajectoryStore(tmp_path / "trajectories.jsonl").load()
+    assert len(trajs) == 2

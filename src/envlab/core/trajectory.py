@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
+from pydantic_core import PydanticSerializationError
 
 from envlab.core.types import Action, Observation
 
@@ -202,8 +204,14 @@ class Trajectory:
 
     def to_json(self) -> bytes:
         # a value an environment or agent put in ``info`` that JSON cannot hold (a numpy scalar)
-        # is written as its repr rather than losing the episode
-        return _ADAPTER.dump_json(self, fallback=repr)
+        # is written as its repr rather than losing the episode; text that is not valid Unicode
+        # (a lone surrogate, from an environment's or a transcript's strings) is written with
+        # U+FFFD in its place rather than losing the episode, or the run
+        try:
+            return _ADAPTER.dump_json(self, fallback=repr)
+        except PydanticSerializationError:
+            plain = _valid_text(_ADAPTER.dump_python(self, mode="json", fallback=repr))
+            return json.dumps(plain, ensure_ascii=False, separators=(",", ":")).encode()
 
     def record(self) -> EpisodeRecord:
         return EpisodeRecord(
@@ -224,3 +232,14 @@ class Trajectory:
 
 
 _ADAPTER: TypeAdapter[Trajectory] = TypeAdapter(Trajectory)
+
+
+def _valid_text(value: Any) -> Any:
+    """``value`` (plain JSON data) with every lone surrogate in its strings replaced by U+FFFD."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {_valid_text(k): _valid_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_valid_text(v) for v in value]
+    return value

@@ -219,6 +219,7 @@ class Attempt:
             or type(action.info) is not dict
             or action.tool_calls
             or "message_index" in action.info
+            or not action.text.isascii()  # checked for text no encoder can write
         ):
             action = check_action(action)  # a malformed action is the agent's failure
             message = action.to_message()  # dict arguments that JSON cannot encode fail here
