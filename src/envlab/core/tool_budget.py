@@ -111,7 +111,7 @@ class _Call:
         try:
             with self.lock:
                 self.ident, self.state = threading.get_ident(), "running"
-                self.started, self.cpu0 = time.monotonic(), time.thread_time()
+                self.started = time.monotonic()
                 abandoned = self.over is not None  # cancelled while it waited for a worker
             if self.wake_on_start is not None:
                 self._to_loop(_settle, self.wake_on_start, True, None)
@@ -127,6 +127,7 @@ class _Call:
         if self.over is not None:  # abandoned: whatever it returned is dropped
             ok, value = False, ToolOverrun(self.over)
         self._to_loop(_settle, self.future, ok, value)
+        _freed()
 
     def _finish(self) -> None:
         """No async exception reaches this thread once this returns (a pending one is cleared;
@@ -160,11 +161,15 @@ class _Call:
         self._to_loop(_settle, self.future, False, ToolOverrun(why))
 
     def cpu_s(self) -> float:
+        """CPU seconds of the call so far, counted from the watchdog's first look at it (a
+        ``TICK`` at most after it started; its worker thread's clock runs across calls)."""
         try:
-            clock = time.pthread_getcpuclockid(self.ident)
-            return time.clock_gettime(clock) - self.cpu0
+            now = time.clock_gettime(time.pthread_getcpuclockid(self.ident))
         except (AttributeError, OSError):  # no per-thread clocks here, or the thread is gone
             return 0.0
+        if self.cpu0 == 0.0:
+            self.cpu0 = now
+        return now - self.cpu0
 
 
 def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
@@ -196,13 +201,16 @@ def _async_raise(ident: int, exc: type[BaseException] | None) -> bool:
 
 
 class _Watchdog:
-    """One daemon thread that checks the running calls' budgets every ``TICK``; asleep when
-    no call runs."""
+    """One daemon thread that checks the running calls' budgets every ``TICK``; asleep after
+    ``IDLE_TICKS`` ticks without a call (woken by the next one)."""
+
+    IDLE_TICKS = 50
 
     def __init__(self) -> None:
         self.calls: set[_Call] = set()
         self.cond = threading.Condition()
         self.thread: threading.Thread | None = None
+        self.idle = True
 
     def add(self, call: _Call) -> None:
         with self.cond:
@@ -211,17 +219,24 @@ class _Watchdog:
                 self.thread = threading.Thread(target=self._watch, name="envlab-tool-watchdog")
                 self.thread.daemon = True
                 self.thread.start()
-            self.cond.notify()
+            if self.idle:  # ticking already: no wake-up per call
+                self.idle = False
+                self.cond.notify()
 
     def discard(self, call: _Call) -> None:
         with self.cond:
             self.calls.discard(call)
 
     def _watch(self) -> None:
+        quiet = 0
         while True:
             with self.cond:
-                while not self.calls:
-                    self.cond.wait()
+                quiet = 0 if self.calls else quiet + 1
+                if quiet > self.IDLE_TICKS:
+                    self.idle = True
+                    while self.idle:
+                        self.cond.wait()
+                    quiet = 0
                 calls = list(self.calls)
             now = time.monotonic()
             for call in calls:
@@ -243,7 +258,7 @@ def _over_budget(call: _Call, now: float) -> str | None:
 
 _watchdog = _Watchdog()
 _pool: ThreadPoolExecutor | None = None
-_busy = 0  # calls submitted and not finished (changed on loops' threads, under _pool_lock)
+_busy = 0  # calls submitted whose thread work has not ended (under _pool_lock)
 _pool_lock = threading.Lock()
 
 
@@ -257,11 +272,12 @@ def _submit(call: _Call) -> bool:
         _busy += 1
     if saturated:
         call.wake_on_start = call.loop.create_future()
-    pool.submit(call.run).add_done_callback(_freed)  # may call _freed at once: not under lock
+    pool.submit(call.run)
     return saturated
 
 
-def _freed(_: object) -> None:
+def _freed() -> None:
+    """The end of a call's thread work: its worker is free."""
     global _busy
     with _pool_lock:
         _busy -= 1
