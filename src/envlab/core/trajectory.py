@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 from pydantic_core import PydanticSerializationError
 
+from envlab.core.text import valid_text
 from envlab.core.types import Action, Observation
 
 
@@ -210,7 +211,7 @@ class Trajectory:
         try:
             return _ADAPTER.dump_json(self, fallback=repr)
         except PydanticSerializationError:
-            plain = _valid_text(_ADAPTER.dump_python(self, mode="json", fallback=repr))
+            plain = valid_text(_ADAPTER.dump_python(self, mode="json", fallback=repr))
             return json.dumps(plain, ensure_ascii=False, separators=(",", ":")).encode()
 
     def record(self) -> EpisodeRecord:
@@ -232,14 +233,3 @@ class Trajectory:
 
 
 _ADAPTER: TypeAdapter[Trajectory] = TypeAdapter(Trajectory)
-
-
-def _valid_text(value: Any) -> Any:
-    """``value`` (plain JSON data) with every lone surrogate in its strings replaced by U+FFFD."""
-    if isinstance(value, str):
-        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-    if isinstance(value, dict):
-        return {_valid_text(k): _valid_text(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_valid_text(v) for v in value]
-    return value

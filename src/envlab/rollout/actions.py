@@ -4,9 +4,8 @@ failure (``agent_error``), never the environment's or the machinery's."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from envlab.core import Action, ToolCall
+from envlab.core.text import check_text
 
 
 def check_action(action: object) -> Action:
@@ -18,7 +17,7 @@ def check_action(action: object) -> Action:
         action = Action(text=action.text, tool_calls=action.tool_calls, info=action.info)
     if not isinstance(action.text, str):
         raise TypeError(f"Action.text must be a str, got {type(action.text).__name__}")
-    _check_text(action.text, "Action.text")
+    check_text(action.text, "Action.text")
     if type(action.tool_calls) is not list:
         raise TypeError(
             f"Action.tool_calls must be a list of ToolCall, got {type(action.tool_calls).__name__}"
@@ -49,26 +48,4 @@ def _check_tool_call(i: int, call: object) -> None:
     if type(call.id) is not str:
         raise TypeError(f"{where}.id must be a str, got {type(call.id).__name__}")
     for part, value in (("name", call.name), ("id", call.id), ("arguments", call.arguments)):
-        _check_text(value, f"{where}.{part}")
-
-
-def _check_text(value: Any, where: str, depth: int = 0) -> None:
-    """``ValueError`` when a string in ``value`` is not valid Unicode (a lone surrogate, which no
-    encoder can write: the record, the wire and SQLite all refuse it), naming where it is."""
-    if type(value) is str:
-        if value.isascii():
-            return
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise ValueError(
-                f"{where} holds text that is not valid Unicode (a lone surrogate, "
-                f"{value[e.start]!r} at position {e.start}): send valid UTF-8 text"
-            ) from None
-    elif depth < 64 and type(value) is dict:
-        for k, v in value.items():
-            _check_text(k, f"{where} (a key)", depth + 1)
-            _check_text(v, f"{where}[{k!r}]", depth + 1)
-    elif depth < 64 and type(value) is list:
-        for i, v in enumerate(value):
-            _check_text(v, f"{where}[{i}]", depth + 1)
+        check_text(value, f"{where}.{part}")

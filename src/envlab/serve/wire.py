@@ -29,21 +29,25 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envlab.core.rubric import Reward
+from envlab.core.text import check_text, valid_text
 from envlab.core.types import Action, Observation, ToolCall, ToolResult
 
 try:  # a faster codec when installed; the frames are the same
     import orjson
 
     def dumps(frame: Any) -> str:
-        """A frame as compact JSON text."""
-        return orjson.dumps(frame).decode()
+        """A frame as compact JSON text (an environment's invalid text as U+FFFD)."""
+        try:
+            return orjson.dumps(frame).decode()
+        except orjson.JSONEncodeError:
+            return orjson.dumps(valid_text(frame)).decode()
 
     _loads: Any = orjson.loads
 except ImportError:  # pragma: no cover - orjson is optional
 
     def dumps(frame: Any) -> str:
-        """A frame as compact JSON text."""
-        return json.dumps(frame, separators=(",", ":"))
+        """A frame as compact JSON text (an environment's invalid text as U+FFFD)."""
+        return json.dumps(valid_text(frame), separators=(",", ":"))
 
     _loads = json.loads
 
@@ -292,6 +296,10 @@ def action_to_wire(action: Action) -> dict[str, Any]:
 
 def action_from_wire(data: dict[str, Any]) -> Action:
     """The ``Action`` in step data; ``WireError`` (``bad_request``) if it does not fit."""
+    try:
+        check_text(data, "the action")  # the agent's text must be writable, everywhere
+    except ValueError as e:
+        raise WireError(f"bad step data: {e}") from None
     if len(data) == 1 and type(data.get("text")) is str:  # the plain answer: no model needed
         return Action(text=data["text"])
     try:
