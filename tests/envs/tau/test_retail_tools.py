@@ -42,10 +42,22 @@ def orders(tools: RetailTools, status: str) -> Iterator[Record]:
     return (order for _, order in tools.db.items("orders") if order["status"] == status)
 
 
+def _by_equality(tools: RetailTools, pristine: Database) -> dict[str, dict[str, Record | None]]:
+    """The changes as the shipped ``gold_diff`` was made: records unequal by Python's ``==``
+    (which misses a value that changed only its type, as 9 -> 9.0)."""
+    out: dict[str, dict[str, Record | None]] = {}
+    for table, records in tools.db.changes().items():
+        for key, record in records.items():
+            if record != pristine.get(table, key):
+                out.setdefault(table, {})[key] = record
+    return out
+
+
 @pytest.mark.parametrize("split", SPLITS)
 def test_gold_actions_replay_exactly(split: str) -> None:
     tasks = load_json("retail", f"tasks_{split}.json")
     assert len(tasks) == SPLITS[split]
+    pristine = fresh().db
     failed = []
     for i, task in enumerate(tasks):
         tools = fresh()
@@ -55,7 +67,10 @@ def test_gold_actions_replay_exactly(split: str) -> None:
             results.append(tools.call(action["name"], action["kwargs"]))
             if not tools.tool_specs[action["name"]].writes:  # a read tool never writes
                 assert tools.db.conn.total_changes == before, (split, i, action["name"])
-        if results != task["gold_tool_results"] or tools.db.changes() != task["gold_diff"]:
+        if (
+            results != task["gold_tool_results"]
+            or _by_equality(tools, pristine) != task["gold_diff"]
+        ):
             failed.append(i)
     assert failed == [], f"{len(failed)} of {len(tasks)} {split} tasks differ: {failed[:20]}"
 
@@ -203,9 +218,9 @@ def test_users_are_found_by_email_in_any_case_and_by_name_and_zip_through_indexe
     # same test because every stored email is lowercase
     assert all(u["email"] == u["email"].lower() for _, u in tools.db.items("users"))
     for field in ("email", "address.zip"):
+        column = "by_" + field.replace(".", "_")
         plan = tools.db.conn.execute(
-            f"EXPLAIN QUERY PLAN SELECT id FROM users WHERE json_extract(doc, '$.{field}') = ?",
-            ("x",),
+            f'EXPLAIN QUERY PLAN SELECT id FROM users WHERE "{column}" = ?', ("x",)
         ).fetchall()
         assert f"users_{field}" in str(plan)
 

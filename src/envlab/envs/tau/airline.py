@@ -9,23 +9,33 @@ checks nothing (flown segments, the 24-hour rule and insurance are the policy's,
 booking takes no seats; changing flights keeps the reservation's cabin; a one-stop search names
 an overnight connection's day without a leading zero and reads the second flight's prices on
 the first flight's day; ``send_certificate`` answers ``None`` once a user holds its three ids.
-The agent's nested items (flights, passengers, payments) are stored as sent: key order and
-extra keys kept. Where τ-bench would raise (a ``KeyError``), the agent reads the same text.
+Arguments reach the tools as sent, as in τ-bench, which checks none (``envs/tau/tools.py``):
+what a tool stores is stored as sent (nested items with their key order and extra keys, a float
+or a string where the schema says integer), what it computes with fails as τ-bench's arithmetic
+fails, and where τ-bench would raise (a ``KeyError``, a ``TypeError``) the agent reads the same
+text, with the same partial changes.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from typing import Literal
+from typing import Any
 
 from envlab.core import ToolCallError
-from envlab.core.tools import tool
 from envlab.envs.tau.airline_changes import ReservationChanges
-from envlab.envs.tau.airline_types import Cabin, Flight, Number, Passenger, Payment
+from envlab.envs.tau.airline_types import (
+    Cabin,
+    Flights,
+    FlightType,
+    Insurance,
+    Number,
+    Passengers,
+    Payments,
+)
 from envlab.envs.tau.common import CommonTools
 from envlab.envs.tau.db import Record, Schema
-from envlab.envs.tau.tools import DomainTools
+from envlab.envs.tau.tools import DomainTools, Integer, Text, tau_tool
 
 AIRLINE_SCHEMA = Schema(
     tables=("flights", "users", "reservations"),
@@ -51,14 +61,14 @@ class AirlineTools(ReservationChanges, CommonTools, DomainTools):
 
     # -- reading ------------------------------------------------------------------------------
 
-    def _user(self, user_id: str) -> Record:
+    def _user(self, user_id: Any) -> Record:
         user = self.db.get("users", user_id)
         if user is None:
             raise ToolCallError("user not found")
         return user
 
-    @tool
-    def get_user_details(self, user_id: str) -> str:
+    @tau_tool
+    def get_user_details(self, user_id: Text) -> str:
         """Get the details of an user, including their reservations.
 
         Args:
@@ -66,8 +76,8 @@ class AirlineTools(ReservationChanges, CommonTools, DomainTools):
         """
         return json.dumps(self._user(user_id))
 
-    @tool
-    def get_reservation_details(self, reservation_id: str) -> str:
+    @tau_tool
+    def get_reservation_details(self, reservation_id: Text) -> str:
         """Get the details of a reservation.
 
         Args:
@@ -78,17 +88,20 @@ class AirlineTools(ReservationChanges, CommonTools, DomainTools):
             raise ToolCallError("user not found")  # sic: τ-bench's text
         return json.dumps(reservation)
 
-    @tool
+    @tau_tool
     def list_all_airports(self) -> str:
         """List all airports and their cities."""
         return json.dumps(AIRPORTS)
 
-    def _flights(self, where: str, *args: str) -> list[Record]:
-        sql = f"SELECT doc FROM flights WHERE {where} ORDER BY rowid"
-        return [json.loads(doc) for (doc,) in self.db.conn.execute(sql, args)]
+    def _flights(self, **equal: Any) -> list[Record]:
+        """The flights whose fields equal ``equal``, in the data's order: none for a value that
+        is not a string (every airport in the data is one, and no tool changes a flight)."""
+        if not all(isinstance(v, str) for v in equal.values()):
+            return []
+        return [flight for _, flight in self.db.where("flights", **equal)]
 
-    @tool
-    def search_direct_flight(self, origin: str, destination: str, date: str) -> str:
+    @tau_tool
+    def search_direct_flight(self, origin: Text, destination: Text, date: Text) -> str:
         """Search direct flights between two cities on a specific date.
 
         Args:
@@ -96,16 +109,15 @@ class AirlineTools(ReservationChanges, CommonTools, DomainTools):
             destination: The destination city airport in three letters, such as 'LAX'.
             date: The date of the flight in the format 'YYYY-MM-DD', such as '2024-01-01'.
         """
-        where = "json_extract(doc, '$.origin') = ? AND json_extract(doc, '$.destination') = ?"
         results = []
-        for flight in self._flights(where, origin, destination):
-            day = flight["dates"].get(date)
-            if day is not None and day["status"] == "available":
+        for flight in self._flights(origin=origin, destination=destination):
+            if date in flight["dates"] and flight["dates"][date]["status"] == "available":
+                day = flight["dates"][date]
                 results.append({k: v for k, v in flight.items() if k != "dates"} | day)
         return json.dumps(results)
 
-    @tool
-    def search_onestop_flight(self, origin: str, destination: str, date: str) -> str:
+    @tau_tool
+    def search_onestop_flight(self, origin: Text, destination: Text, date: Text) -> str:
         """Search direct flights between two cities on a specific date.
 
         Args:
@@ -113,36 +125,32 @@ class AirlineTools(ReservationChanges, CommonTools, DomainTools):
             destination: The destination city airport in three letters, such as 'LAX'.
             date: The date of the flight in the format 'YYYY-MM-DD', such as '2024-05-01'.
         """
-        firsts = self._flights("json_extract(doc, '$.origin') = ?", origin)
-        seconds = self._flights("json_extract(doc, '$.destination') = ?", destination)
+        seconds = self._flights(destination=destination)
         results = []
-        try:
-            for first in firsts:
-                for second in seconds:
-                    if first["destination"] == second["origin"]:
-                        pair = _connection(first, second, date)
-                        if pair is not None:
-                            results.append(pair)
-        except (KeyError, ValueError) as e:  # τ-bench fails the same way, on the same pair
-            raise ToolCallError(str(e)) from None
+        for first in self._flights(origin=origin):
+            for second in seconds:  # τ-bench's errors (a date it cannot read) on the same pair
+                if first["destination"] == second["origin"]:
+                    pair = _connection(first, second, date)
+                    if pair is not None:
+                        results.append(pair)
         return json.dumps(results)
 
     # -- writing ------------------------------------------------------------------------------
 
-    @tool(writes=True)
+    @tau_tool(writes=True)
     def book_reservation(
         self,
-        user_id: str,
-        origin: str,
-        destination: str,
-        flight_type: Literal["one_way", "round_trip"],
+        user_id: Text,
+        origin: Text,
+        destination: Text,
+        flight_type: FlightType,
         cabin: Cabin,
-        flights: list[Flight],
-        passengers: list[Passenger],
-        payment_methods: list[Payment],
-        total_baggages: int,
-        nonfree_baggages: int,
-        insurance: Literal["yes", "no"],
+        flights: Flights,
+        passengers: Passengers,
+        payment_methods: Payments,
+        total_baggages: Integer,
+        nonfree_baggages: Integer,
+        insurance: Insurance,
     ) -> str:
         """Book a reservation.
 
@@ -174,19 +182,13 @@ class AirlineTools(ReservationChanges, CommonTools, DomainTools):
             "nonfree_baggages": nonfree_baggages,
             "insurance": insurance,
         }
-        total = self._price(reservation["flights"], cabin, len(passengers), kept=[])
+        total: Any = 0
+        for flight in reservation["flights"]:  # cabin and passengers are read only in here
+            total += self._segment_price(flight, cabin, passengers)
         if insurance == "yes":
             total += 30 * len(passengers)
         total += 50 * nonfree_baggages
-        methods = user["payment_methods"]
-        for payment in payment_methods:
-            method = methods.get(payment["payment_id"])
-            if method is None:
-                raise ToolCallError(f"payment method {payment['payment_id']} not found")
-            if method["source"] in ("gift_card", "certificate") and (
-                method["amount"] < payment["amount"]
-            ):
-                raise ToolCallError(f"not enough balance in payment method {payment['payment_id']}")
+        self._check_payments(user["payment_methods"], payment_methods)
         paid = sum(payment["amount"] for payment in payment_methods)
         if paid != total:
             raise ToolCallError(
@@ -198,7 +200,19 @@ class AirlineTools(ReservationChanges, CommonTools, DomainTools):
         self.db.put("users", user_id, user)
         return json.dumps(reservation)
 
-    def _charge(self, user_id: str, user: Record, payments: list[Record]) -> None:
+    @staticmethod
+    def _check_payments(methods: Record, payments: Any) -> None:
+        """τ-bench's checks of a booking's payments, in its order: each amount is read, then
+        its method looked up; a gift card or certificate must hold the amount."""
+        for payment in payments:
+            payment_id, amount = payment["payment_id"], payment["amount"]
+            if payment_id not in methods:
+                raise ToolCallError(f"payment method {payment_id} not found")
+            method = methods[payment_id]
+            if method["source"] in ("gift_card", "certificate") and method["amount"] < amount:
+                raise ToolCallError(f"not enough balance in payment method {payment_id}")
+
+    def _charge(self, user_id: str, user: Record, payments: Any) -> None:
         """Take each payment: a gift card's balance goes down, a certificate is used up."""
         methods = user["payment_methods"]
         for payment in payments:
@@ -211,8 +225,8 @@ class AirlineTools(ReservationChanges, CommonTools, DomainTools):
             elif method["source"] == "certificate":
                 del methods[payment["payment_id"]]
 
-    @tool(writes=True)
-    def send_certificate(self, user_id: str, amount: Number) -> str | None:
+    @tau_tool(writes=True)
+    def send_certificate(self, user_id: Text, amount: Number) -> str | None:
         """Send a certificate to a user. Be careful!
 
         Args:
@@ -231,8 +245,8 @@ class AirlineTools(ReservationChanges, CommonTools, DomainTools):
                 return f"Certificate {payment_id} added to user {user_id} with amount {amount}."
         return None  # sic: τ-bench answers nothing once the three ids are taken
 
-    @tool
-    def think(self, thought: str) -> str:
+    @tau_tool
+    def think(self, thought: Text) -> str:
         """Use the tool to think about something. It will not obtain new information or change
         the database, but just append the thought to the log. Use it when complex reasoning is
         needed.

@@ -1,14 +1,17 @@
 """The airline tools that change an existing reservation (cancel, baggage, flights,
-passengers), as τ-bench's: the same checks in the same order, texts, records and arithmetic."""
+passengers), as τ-bench's: the same checks in the same order, texts, records and arithmetic,
+on the arguments as sent (``envs/tau/tools.py``)."""
 
 from __future__ import annotations
 
+import copy
 import json
+from typing import Any
 
 from envlab.core import ToolCallError
-from envlab.core.tools import tool
-from envlab.envs.tau.airline_types import Cabin, Flight, Passenger
+from envlab.envs.tau.airline_types import Cabin, Flights, Passengers
 from envlab.envs.tau.db import Database, Record
+from envlab.envs.tau.tools import Integer, Text, tau_tool
 
 
 class ReservationChanges:
@@ -17,27 +20,27 @@ class ReservationChanges:
 
     db: Database
 
-    def _reservation(self, reservation_id: str) -> Record:
+    def _reservation(self, reservation_id: Any) -> Record:
         reservation = self.db.get("reservations", reservation_id)
         if reservation is None:
             raise ToolCallError("reservation not found")
         return reservation
 
-    def _method(self, reservation: Record, payment_id: str, price: int | float) -> Record:
+    def _method(self, reservation: Record, payment_id: Any, price: Any) -> Record:
         """The owner's payment method ``payment_id``, if it may pay ``price`` for a change."""
         user = self.db.get("users", reservation["user_id"])
         if user is None:  # τ-bench: a KeyError on the missing user id
             raise ToolCallError(repr(reservation["user_id"]))
-        method = user["payment_methods"].get(payment_id)
-        if method is None:
+        if payment_id not in user["payment_methods"]:
             raise ToolCallError("payment method not found")
+        method: Record = user["payment_methods"][payment_id]
         if method["source"] == "certificate":
             raise ToolCallError("certificate cannot be used to update reservation")
         if method["source"] == "gift_card" and method["amount"] < price:
             raise ToolCallError("gift card balance is not enough")
         return method
 
-    def _pay(self, reservation: Record, payment_id: str, price: int | float) -> None:
+    def _pay(self, reservation: Record, payment_id: str, price: Any) -> None:
         """Charge ``price`` (a refund when negative) to the checked method; record it."""
         user = self.db.get("users", reservation["user_id"])
         assert user is not None, "checked by _method"
@@ -48,39 +51,28 @@ class ReservationChanges:
         if price != 0:
             reservation["payment_history"].append({"payment_id": payment_id, "amount": price})
 
-    def _price(
-        self, flights: list[Record], cabin: str, seats: int, kept: list[Record]
-    ) -> int | float:
-        """Add price, origin and destination to each flight (from ``kept``, the reservation's
-        own segments, where one matches); the price of ``seats`` seats on all of them."""
-        total: int | float = 0
-        for flight in flights:
-            number, date = flight["flight_number"], flight["date"]
-            same = [f for f in kept if f["flight_number"] == number and f["date"] == date]
-            if same:
-                total += same[0]["price"] * seats
-                flight["price"] = same[0]["price"]
-                flight["origin"] = same[0]["origin"]
-                flight["destination"] = same[0]["destination"]
-                continue
-            data = self.db.get("flights", number)
-            if data is None:
-                raise ToolCallError(f"flight {number} not found")
-            day = data["dates"].get(date)
-            if day is None:
-                raise ToolCallError(f"flight {number} not found on date {date}")
-            if day["status"] != "available":
-                raise ToolCallError(f"flight {number} not available on date {date}")
-            if day["available_seats"][cabin] < seats:
-                raise ToolCallError(f"not enough seats on flight {number}")
-            flight["price"] = day["prices"][cabin]
-            flight["origin"] = data["origin"]
-            flight["destination"] = data["destination"]
-            total += flight["price"] * seats
-        return total
+    def _segment_price(self, flight: Any, cabin: Any, passengers: Any) -> Any:
+        """The price of a new segment for ``passengers`` in ``cabin``, its price, origin and
+        destination added to ``flight``: τ-bench's checks and reads in its order (the flight,
+        its day, its status, the seats left in the cabin for ``len(passengers)``)."""
+        number = flight["flight_number"]
+        data = self.db.get("flights", number)
+        if data is None:
+            raise ToolCallError(f"flight {number} not found")
+        if flight["date"] not in data["dates"]:
+            raise ToolCallError(f"flight {number} not found on date {flight['date']}")
+        day = data["dates"][flight["date"]]
+        if day["status"] != "available":
+            raise ToolCallError(f"flight {number} not available on date {flight['date']}")
+        if day["available_seats"][cabin] < len(passengers):
+            raise ToolCallError(f"not enough seats on flight {number}")
+        flight["price"] = day["prices"][cabin]
+        flight["origin"] = data["origin"]
+        flight["destination"] = data["destination"]
+        return flight["price"] * len(passengers)
 
-    @tool(writes=True)
-    def cancel_reservation(self, reservation_id: str) -> str:
+    @tau_tool(writes=True)
+    def cancel_reservation(self, reservation_id: Text) -> str:
         """Cancel the whole reservation.
 
         Args:
@@ -96,9 +88,13 @@ class ReservationChanges:
         self.db.put("reservations", reservation_id, reservation)
         return json.dumps(reservation)
 
-    @tool(writes=True)
+    @tau_tool(writes=True)
     def update_reservation_baggages(
-        self, reservation_id: str, total_baggages: int, nonfree_baggages: int, payment_id: str
+        self,
+        reservation_id: Text,
+        total_baggages: Integer,
+        nonfree_baggages: Integer,
+        payment_id: Text,
     ) -> str:
         """Update the baggage information of a reservation.
 
@@ -120,9 +116,9 @@ class ReservationChanges:
         self.db.put("reservations", reservation_id, reservation)
         return json.dumps(reservation)
 
-    @tool(writes=True)
+    @tau_tool(writes=True)
     def update_reservation_flights(
-        self, reservation_id: str, cabin: Cabin, flights: list[Flight], payment_id: str
+        self, reservation_id: Text, cabin: Cabin, flights: Flights, payment_id: Text
     ) -> str:
         """Update the flight information of a reservation.
 
@@ -135,20 +131,33 @@ class ReservationChanges:
                 'gift_card_7815826', 'certificate_7815826'.
         """
         reservation = self._reservation(reservation_id)
-        seats = len(reservation["passengers"])
-        kept = reservation["flights"] if cabin == reservation["cabin"] else []
-        price = self._price(flights, cabin, seats, kept)
-        price -= sum(flight["price"] for flight in reservation["flights"]) * seats
+        passengers = reservation["passengers"]
+        price: Any = 0
+        flights = copy.deepcopy(flights)
+        for flight in flights:
+            kept = [  # a segment of the reservation, in the same cabin: its price stays
+                f
+                for f in reservation["flights"]
+                if f["flight_number"] == flight["flight_number"]
+                and f["date"] == flight["date"]
+                and cabin == reservation["cabin"]
+            ]
+            if kept:
+                price += kept[0]["price"] * len(passengers)
+                flight["price"] = kept[0]["price"]
+                flight["origin"] = kept[0]["origin"]
+                flight["destination"] = kept[0]["destination"]
+            else:
+                price += self._segment_price(flight, cabin, passengers)
+        price -= sum(flight["price"] for flight in reservation["flights"]) * len(passengers)
         self._method(reservation, payment_id, price)
         reservation["flights"] = flights  # the cabin stays as it was: τ-bench's behaviour
         self._pay(reservation, payment_id, price)
         self.db.put("reservations", reservation_id, reservation)
         return json.dumps(reservation)
 
-    @tool(writes=True)
-    def update_reservation_passengers(
-        self, reservation_id: str, passengers: list[Passenger]
-    ) -> str:
+    @tau_tool(writes=True)
+    def update_reservation_passengers(self, reservation_id: Text, passengers: Passengers) -> str:
         """Update the passenger information of a reservation.
 
         Args:

@@ -1,39 +1,18 @@
 """The argument types of the airline tools: their JSON schemas are τ-bench's (tools.json), and
-what the agent sends is kept as sent, as τ-bench keeps it (it checks no argument)."""
+what the agent sends reaches the tool as sent, as in τ-bench (it checks no argument): each is
+``Annotated[Any, Sent(T)]``, ``T`` the published type (``envs/tau/tools.py``)."""
 
 from __future__ import annotations
 
-import copy
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    ConfigDict,
-    Field,
-    StrictFloat,
-    StrictInt,
-    ValidatorFunctionWrapHandler,
-    WithJsonSchema,
-    WrapValidator,
-    with_config,
-)
+from pydantic import ConfigDict, Field, WithJsonSchema, with_config
 from typing_extensions import TypedDict
 
-Number = Annotated[StrictInt | StrictFloat, WithJsonSchema({"type": "number"})]
-"""A JSON number kept as sent: an int stays an int (τ-bench prints ``250``, not ``250.0``)."""
+from envlab.envs.tau.tools import Sent
 
-Cabin = Literal["basic_economy", "economy", "business"]
-
-
-def _as_sent(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-    """Check an item's fields, but keep the item as the agent sent it: τ-bench stores the
-    agent's objects untouched (their key order and any extra keys)."""
-    checked = handler(value)
-    if not isinstance(value, dict):
-        return checked
-    return {k: checked[k] if k in checked else copy.deepcopy(v) for k, v in value.items()}
-
-
-_ITEM = ConfigDict(extra="ignore")  # extra keys pass (kept by _as_sent), as in τ-bench
+_NUMBER = Annotated[float, WithJsonSchema({"type": "number"})]
+_ITEM = ConfigDict(extra="ignore")  # the items are only published: never validated
 
 
 def _described(description: str) -> Any:
@@ -70,9 +49,13 @@ class PaymentItem(TypedDict):
             "'gift_card_7815826', 'certificate_7815826'."
         ),
     ]
-    amount: Annotated[Number, _described("The amount to be paid.")]
+    amount: Annotated[_NUMBER, _described("The amount to be paid.")]
 
 
-Flight = Annotated[FlightItem, WrapValidator(_as_sent)]
-Passenger = Annotated[PassengerItem, WrapValidator(_as_sent)]
-Payment = Annotated[PaymentItem, WrapValidator(_as_sent)]
+Cabin = Annotated[Any, Sent(Literal["basic_economy", "economy", "business"])]
+FlightType = Annotated[Any, Sent(Literal["one_way", "round_trip"])]
+Insurance = Annotated[Any, Sent(Literal["yes", "no"])]
+Flights = Annotated[Any, Sent(list[FlightItem])]
+Passengers = Annotated[Any, Sent(list[PassengerItem])]
+Payments = Annotated[Any, Sent(list[PaymentItem])]
+Number = Annotated[Any, Sent(_NUMBER)]

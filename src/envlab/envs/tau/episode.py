@@ -13,12 +13,13 @@ from envlab.core import (
     StepResult,
     Task,
     ToolCall,
+    ToolCallError,
     ToolEnv,
     ToolResult,
 )
 from envlab.envs.tau.db import Database, Schema
 from envlab.envs.tau.rewards import IDENTITY_TOOLS, TRANSFER
-from envlab.envs.tau.tools import DomainTools
+from envlab.envs.tau.tools import DomainTools, check_encodable
 from envlab.envs.tau.users import STOP, Facts, UserSimulator
 
 
@@ -78,14 +79,12 @@ class TauEpisode(ToolEnv, DomainTools):
 
     async def call_tool(self, call: ToolCall, default_id: str = "") -> ToolResult:
         result = await super().call_tool(call, default_id)
-        if call.name == TRANSFER and not result.is_error:
-            self.done = True  # the conversation is over: no later call of the action runs
         spec = self._tool_specs.get(call.name)
         logged = self.tool_log[-1]
         self.events.append(
             {
                 "by": "tool",
-                "name": call.name,
+                "name": _readable(call.name),
                 "arguments": logged.get("arguments"),
                 "result": result.content,
                 "writes": bool(spec and spec.writes),
@@ -93,6 +92,38 @@ class TauEpisode(ToolEnv, DomainTools):
             }
         )
         return result
+
+    async def run_tool(self, call: ToolCall, default_id: str = "") -> ToolResult:
+        """Run a call as τ-bench's ``Env.step`` does, after refusing text that cannot be
+        encoded (``check_encodable``). A call of ``transfer_to_human_agents`` ends the
+        conversation whatever it answers, as τ-bench's terminate tools do: no later call of
+        the action runs."""
+        try:
+            problem = self._unencodable(call)
+            if problem is None:
+                return await super().run_tool(call, default_id)
+            name = _readable(call.name)
+            self.tool_log.append({"name": name, "error": problem})
+            return ToolResult(call.id or default_id, name, f"Error: {problem}", is_error=True)
+        finally:
+            if call.name == TRANSFER:
+                self.done = True
+
+    def _unencodable(self, call: ToolCall) -> str | None:
+        """Why the call's name or arguments cannot be encoded as UTF-8; None if they can (or
+        if they do not decode, which ``run_tool`` answers)."""
+        spec = self._tool_specs.get(call.name)
+        try:
+            check_encodable(call.name, call.arguments)
+            if spec is not None:
+                try:
+                    decoded = spec.decode_arguments(call.arguments)
+                except ToolCallError:
+                    return None
+                check_encodable(call.name, decoded)
+        except ToolCallError as e:
+            return str(e)
+        return None
 
     def snapshot(self) -> tuple[int, bytes]:
         """The database as it is now (what the tools read), for ``restore``: stale reads
@@ -153,3 +184,8 @@ class TauEpisode(ToolEnv, DomainTools):
             await self.user.close()
         if self._has_db:
             self.db.close()
+
+
+def _readable(text: str) -> str:
+    """``text`` with any character UTF-8 cannot encode written as an escape (``\\ud800``)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

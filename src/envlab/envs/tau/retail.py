@@ -2,20 +2,23 @@
 
 The tools behave as τ-bench's (``tau_bench/envs/retail/tools``): the same answers (records as
 ``json.dumps`` of them, the same ``Error: ...`` texts, checks in the same order), the same writes
-(same keys in the same order, the same float arithmetic) over the episode's SQLite ``Database``.
-Tools on orders are in ``retail_orders``; ``RetailTools`` is the domain's whole tool set.
+(same keys in the same order, the same float arithmetic) over the episode's SQLite ``Database``,
+on the arguments as sent (``envs/tau/tools.py``: an address field is stored whatever its type, an
+id that is not a string is found nowhere). Tools on orders are in ``retail_orders``;
+``RetailTools`` is the domain's whole tool set.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from typing import Any
 
 from envlab.core import ToolCallError
-from envlab.core.tools import tool
 from envlab.envs.tau.common import CommonTools
 from envlab.envs.tau.db import Record, Schema
 from envlab.envs.tau.retail_orders import DeliveredOrderTools, PendingOrderTools, address
-from envlab.envs.tau.tools import DomainTools
+from envlab.envs.tau.tools import DomainTools, Text, tau_tool
 
 RETAIL_SCHEMA = Schema(
     tables=("users", "orders", "products"),
@@ -23,15 +26,12 @@ RETAIL_SCHEMA = Schema(
 )
 """Users are found by email and by name + zip: both lookups go through an index."""
 
-"""The largest integer (in bits) an expression may reach: ``9**9**9`` is refused at once, where
-τ-bench computes for minutes to answer that the result is too large for a float."""
-
 
 class RetailTools(DomainTools, CommonTools, PendingOrderTools, DeliveredOrderTools):
     """The 16 tools of τ-bench's retail agent over the episode's ``db`` (``RETAIL_SCHEMA``)."""
 
-    @tool
-    def find_user_id_by_email(self, email: str) -> str:
+    @tau_tool
+    def find_user_id_by_email(self, email: Text) -> str:
         """Find user id by email. If the user is not found, the function will return an error
         message.
 
@@ -40,16 +40,13 @@ class RetailTools(DomainTools, CommonTools, PendingOrderTools, DeliveredOrderToo
         """
         # τ-bench compares lowercased emails; every stored email is lowercase (no tool changes
         # one), so the indexed equality with the lowercased query is the same test.
-        row = self.db.conn.execute(
-            "SELECT id FROM users WHERE json_extract(doc, '$.email') = ? ORDER BY rowid LIMIT 1",
-            (email.lower(),),
-        ).fetchone()
-        if row is None:
-            raise ToolCallError("user not found")
-        return str(row[0])
+        needle = email.lower()  # τ-bench's AttributeError for a number
+        for user_id, _ in self.db.where("users", email=needle)[:1]:
+            return user_id
+        raise ToolCallError("user not found")
 
-    @tool
-    def find_user_id_by_name_zip(self, first_name: str, last_name: str, zip: str) -> str:
+    @tau_tool
+    def find_user_id_by_name_zip(self, first_name: Text, last_name: Text, zip: Text) -> str:
         """Find user id by first name, last name, and zip code. If the user is not found, the
         function will return an error message. By default, find user id by email, and only call
         this function if the user is not found by email or cannot remember email.
@@ -59,19 +56,23 @@ class RetailTools(DomainTools, CommonTools, PendingOrderTools, DeliveredOrderToo
             last_name: The last name of the customer, such as 'Doe'.
             zip: The zip code of the customer, such as '12345'.
         """
-        rows = self.db.conn.execute(
-            "SELECT id, json_extract(doc, '$.name.first_name'), json_extract(doc, "
-            "'$.name.last_name') FROM users WHERE json_extract(doc, '$.address.zip') = ? "
-            "ORDER BY rowid",
-            (zip,),
-        )
-        for user_id, first, last in rows:
-            if first.lower() == first_name.lower() and last.lower() == last_name.lower():
-                return str(user_id)
+        users: Iterable[tuple[str, Record]]
+        if all(isinstance(x, str) for x in (first_name, last_name, zip)):
+            users = self.db.where("users", address_zip=zip)
+        else:  # τ-bench's loop over every user, with its errors (`first_name.lower()`)
+            users = self.db.items("users")
+        for user_id, user in users:
+            name = user["name"]
+            if (
+                name["first_name"].lower() == first_name.lower()
+                and name["last_name"].lower() == last_name.lower()
+                and user["address"]["zip"] == zip
+            ):
+                return user_id
         raise ToolCallError("user not found")
 
-    @tool
-    def get_user_details(self, user_id: str) -> str:
+    @tau_tool
+    def get_user_details(self, user_id: Text) -> str:
         """Get the details of a user, including their orders.
 
         Args:
@@ -79,8 +80,8 @@ class RetailTools(DomainTools, CommonTools, PendingOrderTools, DeliveredOrderToo
         """
         return json.dumps(self._record("users", user_id, "user"))
 
-    @tool
-    def get_order_details(self, order_id: str) -> str:
+    @tau_tool
+    def get_order_details(self, order_id: Text) -> str:
         """Get the status and details of an order.
 
         Args:
@@ -89,8 +90,8 @@ class RetailTools(DomainTools, CommonTools, PendingOrderTools, DeliveredOrderToo
         """
         return json.dumps(self._record("orders", order_id, "order"))
 
-    @tool
-    def get_product_details(self, product_id: str) -> str:
+    @tau_tool
+    def get_product_details(self, product_id: Text) -> str:
         """Get the inventory details of a product.
 
         Args:
@@ -99,28 +100,25 @@ class RetailTools(DomainTools, CommonTools, PendingOrderTools, DeliveredOrderToo
         """
         return json.dumps(self._record("products", product_id, "product"))
 
-    @tool
+    @tau_tool
     def list_all_product_types(self) -> str:
         """List the name and product id of all product types. Each product type has a variety of
         different items with unique item ids and options. There are only 50 product types in the
         store."""
-        rows = self.db.conn.execute(
-            "SELECT json_extract(doc, '$.name'), json_extract(doc, '$.product_id') "
-            "FROM products ORDER BY rowid"
-        )
-        names = dict(rows.fetchall())  # in data order: a later product of a name wins
+        # in data order: a later product of a name wins
+        names = {product["name"]: product["product_id"] for _, product in self.db.items("products")}
         return json.dumps(dict(sorted(names.items())))
 
-    @tool(writes=True)
+    @tau_tool(writes=True)
     def modify_user_address(
         self,
-        user_id: str,
-        address1: str,
-        address2: str,
-        city: str,
-        state: str,
-        country: str,
-        zip: str,
+        user_id: Text,
+        address1: Text,
+        address2: Text,
+        city: Text,
+        state: Text,
+        country: Text,
+        zip: Text,
     ) -> str:
         """Modify the default address of a user. The agent needs to explain the modification
         detail and ask for explicit user confirmation (yes/no) to proceed.
@@ -139,8 +137,8 @@ class RetailTools(DomainTools, CommonTools, PendingOrderTools, DeliveredOrderToo
         self.db.put("users", user_id, user)
         return json.dumps(user)
 
-    @tool
-    def think(self, thought: str) -> str:
+    @tau_tool
+    def think(self, thought: Text) -> str:
         """Use the tool to think about something. It will not obtain new information or change the
         database, but just append the thought to the log. Use it when complex reasoning or some
         cache memory is needed.
@@ -150,7 +148,7 @@ class RetailTools(DomainTools, CommonTools, PendingOrderTools, DeliveredOrderToo
         """
         return ""
 
-    def _record(self, table: str, key: str, noun: str) -> Record:
+    def _record(self, table: str, key: Any, noun: str) -> Record:
         record = self.db.get(table, key)
         if record is None:
             raise ToolCallError(f"{noun} not found")

@@ -1,7 +1,9 @@
 """The retail tools that change orders: mixins of ``RetailTools`` (``envlab.envs.tau.retail``).
 
-Each does what τ-bench's tool of the same name does, check by check and write by write: a
-refused call (``ToolCallError``, read by the agent as ``Error: ...``) changes nothing.
+Each does what τ-bench's tool of the same name does, check by check and write by write, on the
+arguments as sent (``envs/tau/tools.py``: ``item_ids`` may be any value τ-bench's loops and
+``sorted`` take, an empty string included): a refused call (``ToolCallError``, read by the agent
+as ``Error: ...``) changes nothing.
 """
 
 from __future__ import annotations
@@ -12,17 +14,19 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from envlab.core import ToolCallError
-from envlab.core.tools import tool
 from envlab.envs.tau.db import Database, Record
+from envlab.envs.tau.tools import Sent, Text, TextList, tau_tool
 
 CANCEL_REASONS = ("no longer needed", "ordered by mistake")
-CancelReason = Annotated[str, Field(json_schema_extra={"enum": list(CANCEL_REASONS)})]
+CancelReason = Annotated[
+    Any, Sent(Annotated[str, Field(json_schema_extra={"enum": list(CANCEL_REASONS)})])
+]
 """An enum in the schema that the tool checks itself: τ-bench answers another reason with
 ``Error: invalid reason``, after checking the order."""
 
 
-def address(address1: str, address2: str, city: str, state: str, country: str, zip: str) -> Record:
-    """An address record, its keys in τ-bench's order."""
+def address(address1: Any, address2: Any, city: Any, state: Any, country: Any, zip: Any) -> Record:
+    """An address record, its keys in τ-bench's order, its fields as sent."""
     return {
         "address1": address1,
         "address2": address2,
@@ -36,7 +40,7 @@ def address(address1: str, address2: str, city: str, state: str, country: str, z
 class _OrderAccess:
     db: Database
 
-    def _order(self, order_id: str, status: str, action: str) -> Record:
+    def _order(self, order_id: Any, status: str, action: str) -> Record:
         """The order ``order_id``, refused unless its status is ``status``."""
         order = self.db.get("orders", order_id)
         if order is None:
@@ -50,13 +54,12 @@ class _OrderAccess:
         assert user is not None, f"order {order['order_id']} of an unknown user"
         return user
 
-    def _payment_method(self, user: Record, payment_method_id: str) -> dict[str, Any]:
-        method = user["payment_methods"].get(payment_method_id)
-        if method is None:
+    def _payment_method(self, user: Record, payment_method_id: Any) -> dict[str, Any]:
+        if payment_method_id not in user["payment_methods"]:
             raise ToolCallError("payment method not found")
-        return method  # type: ignore[no-any-return]
+        return user["payment_methods"][payment_method_id]  # type: ignore[no-any-return]
 
-    def _price_difference(self, order: Record, item_ids: list[str], new_item_ids: list[str]) -> Any:
+    def _price_difference(self, order: Record, item_ids: Any, new_item_ids: Any) -> Any:
         """New minus old prices of the items swapped, summed in order (not rounded: an int 0
         when nothing is swapped), after τ-bench's checks of the items."""
         held = [item["item_id"] for item in order["items"]]
@@ -66,15 +69,16 @@ class _OrderAccess:
         if len(item_ids) != len(new_item_ids):
             raise ToolCallError("the number of items to be exchanged should match")
         diff_price: Any = 0
-        for item_id, new_item_id in zip(item_ids, new_item_ids, strict=True):
-            item = next(item for item in order["items"] if item["item_id"] == item_id)
+        for item_id, new_item_id in zip(item_ids, new_item_ids):  # noqa: B905 (τ-bench's zip)
+            # τ-bench's `[...][0]` (an IndexError, were it ever empty)
+            item = [item for item in order["items"] if item["item_id"] == item_id][0]  # noqa: RUF015
             variant = self._variant(item["product_id"], new_item_id)
             if variant is None or not variant["available"]:
                 raise ToolCallError(f"new item {new_item_id} not found or available")
             diff_price += variant["price"] - item["price"]
         return diff_price
 
-    def _variant(self, product_id: str, item_id: str) -> dict[str, Any] | None:
+    def _variant(self, product_id: str, item_id: Any) -> dict[str, Any] | None:
         product = self.db.get("products", product_id)
         assert product is not None, f"an order holds an item of the unknown product {product_id}"
         return product["variants"].get(item_id)  # type: ignore[no-any-return]
@@ -83,8 +87,8 @@ class _OrderAccess:
 class PendingOrderTools(_OrderAccess):
     """Cancel a pending order, or change its address, items or payment."""
 
-    @tool(writes=True)
-    def cancel_pending_order(self, order_id: str, reason: CancelReason) -> str:
+    @tau_tool(writes=True)
+    def cancel_pending_order(self, order_id: Text, reason: CancelReason) -> str:
         """Cancel a pending order. If the order is already processed or delivered, it cannot be
         cancelled. The agent needs to explain the cancellation detail and ask for explicit user
         confirmation (yes/no) to proceed. If the user confirms, the order status will be changed
@@ -127,16 +131,16 @@ class PendingOrderTools(_OrderAccess):
         self.db.put("orders", order_id, order)
         return json.dumps(order)
 
-    @tool(writes=True)
+    @tau_tool(writes=True)
     def modify_pending_order_address(
         self,
-        order_id: str,
-        address1: str,
-        address2: str,
-        city: str,
-        state: str,
-        country: str,
-        zip: str,
+        order_id: Text,
+        address1: Text,
+        address2: Text,
+        city: Text,
+        state: Text,
+        country: Text,
+        zip: Text,
     ) -> str:
         """Modify the shipping address of a pending order. The agent needs to explain the
         modification detail and ask for explicit user confirmation (yes/no) to proceed.
@@ -156,9 +160,9 @@ class PendingOrderTools(_OrderAccess):
         self.db.put("orders", order_id, order)
         return json.dumps(order)
 
-    @tool(writes=True)
+    @tau_tool(writes=True)
     def modify_pending_order_items(
-        self, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+        self, order_id: Text, item_ids: TextList, new_item_ids: TextList, payment_method_id: Text
     ) -> str:
         """Modify items in a pending order to new items of the same product type. For a pending
         order, this function can only be called once. The agent needs to explain the exchange
@@ -193,9 +197,10 @@ class PendingOrderTools(_OrderAccess):
             method["balance"] -= diff_price
             method["balance"] = round(method["balance"], 2)
             self.db.put("users", order["user_id"], user)
-        for item_id, new_item_id in zip(item_ids, new_item_ids, strict=True):
+        for item_id, new_item_id in zip(item_ids, new_item_ids):  # noqa: B905 (τ-bench's zip)
             # looked up again each time: an item swapped earlier in the loop can match
-            item = next(item for item in order["items"] if item["item_id"] == item_id)
+            # τ-bench's `[...][0]` (an IndexError, were it ever empty)
+            item = [item for item in order["items"] if item["item_id"] == item_id][0]  # noqa: RUF015
             variant = self._variant(item["product_id"], new_item_id)
             assert variant is not None
             item["item_id"] = new_item_id
@@ -205,8 +210,8 @@ class PendingOrderTools(_OrderAccess):
         self.db.put("orders", order_id, order)
         return json.dumps(order)
 
-    @tool(writes=True)
-    def modify_pending_order_payment(self, order_id: str, payment_method_id: str) -> str:
+    @tau_tool(writes=True)
+    def modify_pending_order_payment(self, order_id: Text, payment_method_id: Text) -> str:
         """Modify the payment method of a pending order. The agent needs to explain the
         modification detail and ask for explicit user confirmation (yes/no) to proceed.
 
@@ -255,9 +260,9 @@ class PendingOrderTools(_OrderAccess):
 class DeliveredOrderTools(_OrderAccess):
     """Return or exchange items of a delivered order."""
 
-    @tool(writes=True)
+    @tau_tool(writes=True)
     def exchange_delivered_order_items(
-        self, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+        self, order_id: Text, item_ids: TextList, new_item_ids: TextList, payment_method_id: Text
     ) -> str:
         """Exchange items in a delivered order to new items of the same product type. For a
         delivered order, return or exchange can be only done once by the agent. The agent needs
@@ -288,9 +293,9 @@ class DeliveredOrderTools(_OrderAccess):
         self.db.put("orders", order_id, order)
         return json.dumps(order)
 
-    @tool(writes=True)
+    @tau_tool(writes=True)
     def return_delivered_order_items(
-        self, order_id: str, item_ids: list[str], payment_method_id: str
+        self, order_id: Text, item_ids: TextList, payment_method_id: Text
     ) -> str:
         """Return some items of a delivered order. The order status will be changed to 'return
         requested'. The agent needs to explain the return detail and ask for explicit user

@@ -6,13 +6,14 @@ envlab eval tau-airline -c reward=strict -c user=model -c user_model=openai:M@UR
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from envlab.core import ConfigError, EnvSpec, Limits, Rubric, Task, TaskSet
 from envlab.envs.tau.airline import AIRLINE_SCHEMA, AirlineTools
-from envlab.envs.tau.db import data_file, load_json
+from envlab.envs.tau.db import Changes, Database, data_file, load_json
 from envlab.envs.tau.episode import TauEpisode
 from envlab.envs.tau.retail import RETAIL_SCHEMA, RetailTools
 from envlab.envs.tau.strict import RUBRICS, gradable
@@ -80,7 +81,8 @@ class TauSpec(EnvSpec):
             )
         writes = sorted(n for n, s in self.environment.tool_specs.items() if s.writes)
         rows = load_json(self.domain, f"tasks_{split}.json")
-        tasks = [_task(self.name, split, row, writes) for row in rows]
+        golds = gold_changes(self.environment, split)
+        tasks = [_task(self.name, split, r, writes, g) for r, g in zip(rows, golds, strict=True)]
         if self.config.reward == "strict":  # nothing to check: see strict.gradable
             tasks = [t for t in tasks if gradable(t)]
         return TaskSet(tasks[:n], seed=seed, name=self.name)
@@ -102,7 +104,26 @@ class TauSpec(EnvSpec):
         )
 
 
-def _task(env: str, split: str, row: dict[str, Any], writes: list[str]) -> Task:
+@cache
+def gold_changes(environment: type[TauEpisode], split: str) -> tuple[Changes, ...]:
+    """The records each task's gold actions change, found as τ-bench finds its gold database to
+    grade (``tau_bench/envs/base.py`` ``calculate_reward``: the gold actions replayed on fresh
+    data): with every type as τ-bench's tools leave it. The shipped ``gold_diff`` is the same
+    up to Python's ``==``, which misses a value that changed only its type (retail train 8: a
+    refund of 0.0 turns a gift card's balance 9 into 9.0, which τ-bench's hash tells apart)."""
+    domain = environment.domain
+    out = []
+    for row in load_json(domain, f"tasks_{split}.json"):
+        tools = environment()
+        tools.db = Database(domain, environment.schema)
+        for action in row["actions"]:
+            tools.call(action["name"], action["kwargs"])
+        out.append(tools.db.changes())
+        tools.db.close()
+    return tuple(out)
+
+
+def _task(env: str, split: str, row: dict[str, Any], writes: list[str], gold: Changes) -> Task:
     return Task(
         id=f"{env}-{split}-{row['index']:03d}",
         prompt=row["instruction"],
@@ -113,7 +134,7 @@ def _task(env: str, split: str, row: dict[str, Any], writes: list[str]) -> Task:
                 for a, r in zip(row["actions"], row["gold_tool_results"], strict=True)
             ],
             "outputs": row["outputs"],
-            "gold_diff": row["gold_diff"],
+            "gold_diff": gold,
         },
         metadata={
             "user_id": row["user_id"],
