@@ -301,3 +301,47 @@ async def _until(cond: Any, what: str, timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"never happened: {what}")
         await asyncio.sleep(0.01)
+
+
+class ClosingEpisode(SpinEpisode):
+    """Releases a resource in ``close`` that its blocked tool still uses (as τ's SQLite)."""
+
+    close_grace_s = 30.0
+
+    def __init__(self, spec: EnvSpec | None = None) -> None:
+        super().__init__(spec)
+        self.release, self.order = threading.Event(), []
+
+    @tool
+    def block(self) -> str:
+        """Block inside one C call (a lock): the injected exception waits for it."""
+        self.release.wait()
+        self.order.append("thread left")
+        return "late"
+
+    async def close(self) -> None:
+        self.order.append("closed")
+
+
+async def _overrun_in_c(grace: float) -> ClosingEpisode:
+    env = ClosingEpisode(SpinEnv())
+    env.close_grace_s = grace
+    await env.reset(SpinEnv().tasks().by_id("hostile"))
+    result = await env.step(Action(tool_calls=[ToolCall("block", {}, id="b")]))
+    assert result.done and "tool_call_s" in result.info["tool_overrun"]
+    return env
+
+
+async def test_close_waits_for_a_thread_still_inside_the_episode() -> None:
+    env = await _overrun_in_c(grace=30.0)
+    asyncio.get_running_loop().call_later(0.05, env.release.set)
+    await env.close()
+    assert env.order == ["closed"]  # after the thread left: stopped at its next instruction
+
+
+async def test_past_its_grace_close_runs_when_the_thread_ends() -> None:
+    env = await _overrun_in_c(grace=0.01)
+    await env.close()
+    assert env.order == []  # not under the thread's feet
+    env.release.set()
+    await _until(lambda: env.order == ["closed"], "the deferred close")

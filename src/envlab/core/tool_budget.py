@@ -30,7 +30,7 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +81,7 @@ class _Call:
     __slots__ = (
         "budget",
         "cpu0",
+        "ended",
         "fn",
         "future",
         "ident",
@@ -97,6 +98,8 @@ class _Call:
         self.fn, self.budget = fn, budget
         self.loop = asyncio.get_running_loop()
         self.future: asyncio.Future[Any] = self.loop.create_future()
+        self.ended: asyncio.Future[None] = self.loop.create_future()
+        """Done when the thread has left the call (later than ``future`` for one abandoned)."""
         self.wake_on_start: asyncio.Future[None] | None = None
         self.lock = threading.Lock()
         self.state = "queued"  # queued -> running -> finished
@@ -126,8 +129,12 @@ class _Call:
             self._finish()
         if self.over is not None:  # abandoned: whatever it returned is dropped
             ok, value = False, ToolOverrun(self.over)
-        self._to_loop(_settle, self.future, ok, value)
+        self._to_loop(self._ended, ok, value)
         _freed()
+
+    def _ended(self, ok: bool, value: Any) -> None:  # on the loop
+        _settle(self.future, ok, value)
+        _settle(self.ended, True, None)
 
     def _finish(self) -> None:
         """No async exception reaches this thread once this returns (a pending one is cleared;
@@ -283,24 +290,85 @@ def _freed() -> None:
         _busy -= 1
 
 
+class ToolRunner:
+    """One episode's sync tool calls: in worker threads, one at a time and in order, each
+    within ``budget``. After a call is abandoned (over budget, or its caller cancelled) the
+    runner refuses every later call: the abandoned thread may still be inside the episode."""
+
+    def __init__(self, budget: ToolBudget | None = None) -> None:
+        self.budget = budget or ToolBudget()
+        self._lock: asyncio.Lock | None = None
+        self._last: _Call | None = None
+
+    async def run(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` in a worker thread (in the caller's context), within the budget.
+
+        Raises ``ToolOverrun`` when the call runs past its budget; a cancelled caller (a step's
+        deadline) abandons the call the same way before the cancellation goes on. Waiting for a
+        free worker is not the agent's time."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            last = self._last
+            if last is not None and last.over is not None:
+                raise ToolOverrun(f"not run: an earlier call was abandoned ({last.over})")
+            ctx = contextvars.copy_context()
+            call = self._last = _Call(lambda: ctx.run(fn), self.budget)
+            try:
+                if _submit(call):
+                    assert call.wake_on_start is not None
+                    async with not_agent_time("a free tool thread"):
+                        await call.wake_on_start
+                return await call.future
+            except asyncio.CancelledError:
+                call.abandon("the call was cancelled while it ran (a deadline of the step)")
+                call.future.cancel()  # nobody awaits its outcome now
+                raise
+
+    async def settled(self, grace: float) -> bool:
+        """Whether the last call's thread has left it, waiting up to ``grace`` seconds."""
+        call = self._last
+        if call is None or call.ended.done():
+            return True
+        try:
+            await asyncio.wait_for(asyncio.shield(call.ended), grace)
+        except TimeoutError:
+            return False
+        return True
+
+    def after_thread(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``fn()`` on the loop once the last call's thread has left it."""
+        call = self._last
+        assert call is not None
+
+        def start(_: object) -> None:
+            task = call.loop.create_task(fn())
+            _deferred.add(task)
+            task.add_done_callback(_deferred_done)
+
+        call.ended.add_done_callback(start)
+
+
+_deferred: set[asyncio.Task[None]] = set()
+
+
+def _deferred_done(task: asyncio.Task[None]) -> None:
+    _deferred.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("a deferred close failed: %r", task.exception())
+
+
 async def run_in_thread(fn: Callable[[], Any], budget: ToolBudget) -> Any:
-    """``fn()`` in a worker thread (in the caller's context), within ``budget``.
-
-    Raises ``ToolOverrun`` when the call runs past its budget; a cancelled caller (a step's
-    deadline) abandons the call the same way before the cancellation goes on. Waiting for a
-    free worker is not the agent's time."""
-    ctx = contextvars.copy_context()
-    call = _Call(lambda: ctx.run(fn), budget)
-    try:
-        if _submit(call):
-            assert call.wake_on_start is not None
-            async with not_agent_time("a free tool thread"):
-                await call.wake_on_start
-        return await call.future
-    except asyncio.CancelledError:
-        call.abandon("the call was cancelled while it ran (a deadline of the step)")
-        call.future.cancel()  # nobody awaits its outcome now
-        raise
+    """``fn()`` in a worker thread within ``budget`` (``ToolRunner.run`` of a one-off runner)."""
+    return await ToolRunner(budget).run(fn)
 
 
-__all__ = ["TICK", "WORKERS", "ToolAbandoned", "ToolBudget", "ToolOverrun", "run_in_thread"]
+__all__ = [
+    "TICK",
+    "WORKERS",
+    "ToolAbandoned",
+    "ToolBudget",
+    "ToolOverrun",
+    "ToolRunner",
+    "run_in_thread",
+]

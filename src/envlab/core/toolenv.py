@@ -7,14 +7,15 @@ import contextlib
 import copy
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from envlab.core.environment import Environment
 from envlab.core.errors import EpisodeOrderError, ToolCallError
 from envlab.core.rubric import Reward, Rubric
-from envlab.core.tool_budget import ToolBudget, ToolOverrun, run_in_thread
+from envlab.core.tool_budget import ToolBudget, ToolOverrun, ToolRunner
 from envlab.core.tools import ToolSpec, collect_tools
 from envlab.core.types import Action, Observation, StepResult, Task, ToolCall, ToolResult
 
@@ -62,6 +63,32 @@ def _snapshot(kwargs: dict[str, Any], name: str) -> dict[str, Any]:
         ) from None
 
 
+log = logging.getLogger("envlab.tools")
+_AFTER_TOOLS = "__envlab_after_tools__"
+_Close = Callable[["ToolEnv"], Coroutine[Any, Any, None]]
+
+
+def _after_tools(close: _Close) -> _Close:
+    """A subclass's ``close``, run only once no tool thread is inside the episode: releasing
+    what a thread still uses (closing the SQLite connection it is querying) crashes the
+    process. It waits ``close_grace_s``, then leaves the close to the thread's end."""
+
+    @functools.wraps(close)
+    async def after_tools(self: ToolEnv) -> None:
+        if await self._runner.settled(self.close_grace_s):
+            await close(self)
+            return
+        log.warning(
+            "%s: a tool thread is still inside the episode after %gs; closing when it ends",
+            type(self).__name__,
+            self.close_grace_s,
+        )
+        self._runner.after_thread(functools.partial(close, self))
+
+    setattr(after_tools, _AFTER_TOOLS, True)
+    return after_tools
+
+
 class ToolEnv(Environment):
     """One episode of a chat environment with tools.
 
@@ -90,9 +117,16 @@ class ToolEnv(Environment):
     interceptor: ToolInterceptor | None = None
     """What every tool call goes through when set (perturbations: ``envlab.envs.perturb``)."""
 
+    close_grace_s: ClassVar[float] = 5.0
+    """How long ``close`` waits for a tool thread still inside the episode (one over budget,
+    in a C call) before leaving the close to run when that thread ends."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._tool_specs = collect_tools(cls)
+        close = cls.__dict__.get("close")
+        if close is not None and not getattr(close, _AFTER_TOOLS, False):
+            cls.close = _after_tools(close)  # type: ignore[method-assign]
 
     def __init__(self, spec: EnvSpec | None = None) -> None:
         self.spec = spec
@@ -105,8 +139,7 @@ class ToolEnv(Environment):
         self.tool_overrun: str | None = None
         """Why a tool call ran past its budget, if one did (the episode ended there)."""
         self._reward: Reward | None = None
-        self._tool_budget = ToolBudget()
-        self._tool_lock: asyncio.Lock | None = None
+        self._runner = ToolRunner()
 
     # --- hooks for subclasses ----------------------------------------------------------------
     def prompt(self, task: Task) -> str:
@@ -129,7 +162,7 @@ class ToolEnv(Environment):
             )
         self.task, self.seed = task, seed
         if self.spec is not None:
-            self._tool_budget = ToolBudget.of(self.spec.limits(task))
+            self._runner.budget = ToolBudget.of(self.spec.limits(task))
         await self.on_reset(task, seed)
         return Observation(text=self.prompt(task))
 
@@ -205,14 +238,11 @@ class ToolEnv(Environment):
             raise ToolCallError(f"'{name}' was not run: {self.tool_overrun}")
         if inspect.iscoroutinefunction(method):
             return await method(**kwargs)
-        if self._tool_lock is None:
-            self._tool_lock = asyncio.Lock()
-        async with self._tool_lock:
-            try:
-                value = await run_in_thread(functools.partial(method, **kwargs), self._tool_budget)
-            except asyncio.CancelledError:  # its thread may run on: nothing of it is graded
-                self.tool_overrun = f"the call of '{name}' was cancelled while it ran"
-                raise
+        try:
+            value = await self._runner.run(functools.partial(method, **kwargs))
+        except asyncio.CancelledError:  # its thread may run on: nothing of it is graded
+            self.tool_overrun = f"the call of '{name}' was cancelled while it ran"
+            raise
         return await value if inspect.isawaitable(value) else value
 
     def _overran(
