@@ -345,3 +345,12 @@ async def test_past_its_grace_close_runs_when_the_thread_ends() -> None:
     assert env.order == []  # not under the thread's feet
     env.release.set()
     await _until(lambda: env.order == ["closed"], "the deferred close")
+
+
+async def test_a_step_deadline_during_a_tool_call_is_the_agents_timeout_graded_0() -> None:
+    from tests.support.play import play
+
+    spec = SpinEnv()  # an honest task's budget (60 s): the step's deadline fires first
+    t = await play(spec, ScriptAgent(list(HOSTILE_SCRIPT)), spec.tasks()[0], step_timeout_s=0.2)
+    assert t.status is Status.TIMEOUT and t.reward == 0.0
+    assert "cancelled while it ran" in t.info["grade"]["tool_overrun"]
