@@ -16,6 +16,9 @@ Side by side in one run:
    the time until the honest eight finished, for the fixed code (cost model, tools in threads)
    and the old one (per-operand check; tools inline on the loop, or in threads). ``--terms``
    scales the old code's hostile (each term ~0.3 s of CPU; the new code gets the full 5 KB).
+   The old calculate in a thread stalls the others nearly as much as inline: one ``eval`` of
+   a straight expression never gives the GIL up between its operations (nor lets the
+   watchdog run), which is why ``calculate`` is priced before it runs.
 
     python bench/tools_offloop.py --terms 12
 """

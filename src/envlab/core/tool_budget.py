@@ -18,8 +18,12 @@ holds its worker until then; the pool is bounded, a call that finds every worker
 for one off the agent's clock. What a call over budget means for its episode is ``ToolEnv``'s.
 
 One C function that holds the GIL (a big-int power, a regex backtracking) stalls every thread,
-the loop included, and no thread can stop it: tools whose input decides such costs bound
-them before running (τ's ``calculate``: ``envlab.core.arith_cost``).
+the loop and the watchdog included, and no thread can stop it; so does a straight run of such
+operations in one code object (``eval`` of a long expression: CPython 3.11 looks for a GIL
+hand-over at calls and backward jumps, not between two arithmetic operations). Measured: a
+5 KB ``calculate`` held the GIL 50 s in a thread, past its CPU budget, unseen by the
+watchdog. Tools whose input decides such costs bound them before running (τ's
+``calculate``: ``envlab.core.arith_cost``).
 """
 
 from __future__ import annotations
