@@ -218,8 +218,7 @@ async def test_the_tool_sees_its_callers_context_and_its_errors_pass() -> None:
 async def test_a_stuck_worker_holds_its_slot_and_others_wait_for_a_free_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(tb, "_pool", None)
-    monkeypatch.setattr(tb, "WORKERS", 1)
+    monkeypatch.setattr(tb, "_pool", tb._Pool(1))
     release, order = threading.Event(), []
 
     def stuck() -> str:  # blocked in C: the injected exception waits for it
@@ -235,8 +234,8 @@ async def test_a_stuck_worker_holds_its_slot_and_others_wait_for_a_free_one(
     release.set()
     await waiting
     assert order == ["next ran"]  # the zombie was stopped at its next instruction
-    assert tb._pool is not None
-    tb._pool.shutdown(wait=True)
+    await _until(lambda: tb._pool.busy == 0, "both calls left their thread")
+    assert tb._pool.threads == 1
 
 
 # -- the episode --------------------------------------------------------------------------------

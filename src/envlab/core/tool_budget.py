@@ -32,10 +32,10 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +93,7 @@ class _Call:
         "lock",
         "loop",
         "over",
+        "pool",
         "started",
         "state",
         "wake_on_start",
@@ -111,6 +112,7 @@ class _Call:
         self.started = self.cpu0 = 0.0
         self.injected = False
         self.over: str | None = None
+        self.pool: _Pool | None = None
 
     # --- in the worker thread ------------------------------------------------------------------
     def run(self) -> None:
@@ -134,7 +136,8 @@ class _Call:
         if self.over is not None:  # abandoned: whatever it returned is dropped
             ok, value = False, ToolOverrun(self.over)
         self._to_loop(self._ended, ok, value)
-        _freed()
+        if self.pool is not None:
+            self.pool.freed()
 
     def _ended(self, ok: bool, value: Any) -> None:  # on the loop
         _settle(self.future, ok, value)
@@ -268,30 +271,48 @@ def _over_budget(call: _Call, now: float) -> str | None:
 
 
 _watchdog = _Watchdog()
-_pool: ThreadPoolExecutor | None = None
-_busy = 0  # calls submitted whose thread work has not ended (under _pool_lock)
-_pool_lock = threading.Lock()
 
 
-def _submit(call: _Call) -> bool:
-    """Hand ``call`` to the pool; True when every worker was busy (it waits for one)."""
-    global _pool, _busy
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="envlab-tool")
-        pool, saturated = _pool, _busy >= WORKERS
-        _busy += 1
-    if saturated:
-        call.wake_on_start = call.loop.create_future()
-    pool.submit(call.run)
-    return saturated
+class _Pool:
+    """At most ``size`` daemon threads taking calls from one queue, started as calls come.
+
+    Not ``ThreadPoolExecutor``: it joins its threads when the interpreter exits, so one thread
+    stuck in a C call (a tool's blocking read, abandoned) would hang the process at exit."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.busy = 0  # calls submitted whose thread work has not ended
+        self.threads = 0
+
+    def submit(self, call: _Call) -> bool:
+        """Queue ``call``; True when every worker was busy (it waits for one)."""
+        with self.lock:
+            saturated = self.busy >= self.size
+            self.busy += 1
+            start = self.busy > self.threads and self.threads < self.size
+            self.threads += start
+        if saturated:
+            call.wake_on_start = call.loop.create_future()
+        call.pool = self
+        self.jobs.put(call.run)
+        if start:
+            name = f"envlab-tool-{self.threads}"
+            threading.Thread(target=self._work, name=name, daemon=True).start()
+        return saturated
+
+    def freed(self) -> None:
+        """The end of a call's thread work: its worker is free."""
+        with self.lock:
+            self.busy -= 1
+
+    def _work(self) -> None:
+        while True:
+            self.jobs.get()()  # _Call.run: raises nothing
 
 
-def _freed() -> None:
-    """The end of a call's thread work: its worker is free."""
-    global _busy
-    with _pool_lock:
-        _busy -= 1
+_pool = _Pool(WORKERS)
 
 
 class ToolRunner:
@@ -319,7 +340,7 @@ class ToolRunner:
             ctx = contextvars.copy_context()
             call = self._last = _Call(lambda: ctx.run(fn), self.budget)
             try:
-                if _submit(call):
+                if _pool.submit(call):
                     assert call.wake_on_start is not None
                     async with not_agent_time("a free tool thread"):
                         await call.wake_on_start
