@@ -353,3 +353,21 @@ async def test_a_step_deadline_during_a_tool_call_is_the_agents_timeout_graded_0
     t = await play(spec, ScriptAgent(list(HOSTILE_SCRIPT)), spec.tasks()[0], step_timeout_s=0.2)
     assert t.status is Status.TIMEOUT and t.reward == 0.0
     assert "cancelled while it ran" in t.info["grade"]["tool_overrun"]
+
+
+async def test_the_users_overrides_reach_the_tool_budget() -> None:
+    """The budget is the episode's limits (the user's overrides over the task's), in the engine
+    and through ``envlab serve``'s sessions alike (both wrap with ``wrap_for_limits``)."""
+
+    class Lenient(SpinEnv):
+        hostile_limits = Limits(max_steps=40)  # the task itself sets the defaults (60 s, 10 s)
+
+    spec = Lenient()
+    task = next(t for t in spec.tasks() if t.id == "hostile")
+    ids = episode_ids(spec.name, spec.content_hash(), task.id, 0, 0)
+    cfg = EpisodeConfig(max_retries=0, overrides=Limits.overrides(tool_call_s=0.2, tool_cpu_s=0.2))
+    [t] = await run_episodes(
+        spec, [PlannedEpisode(task, 0, ids, AgentClass(PacedAgent, HOSTILE_SCRIPT))], config=cfg
+    )
+    assert t.reward == 0.0 and t.tool_errors == 1, (t.status, t.error)
+    assert "0.2" in t.info["grade"]["tool_overrun"]

@@ -39,6 +39,10 @@ async def env() -> EchoEpisode:
         (ToolCall("repeat", {"text": "a", "times": "many"}), "'times': Input should be a valid"),
         (ToolCall("repeat", {}), "'text': Field required"),
         (ToolCall("repeat", {"text": "a", "colour": 1}), "'colour': Extra inputs"),
+        # a JSON escape that decodes to a lone surrogate: SQLite, orjson and the record refuse it
+        (ToolCall("repeat", '{"text": "a\\ud800"}'), "not valid Unicode"),
+        (ToolCall("repeat", '{"te\\udc00xt": "a"}'), "not valid Unicode"),
+        (ToolCall("repeat", {"text": "\ud800"}), "not valid Unicode"),
     ],
 )
 async def test_malformed_call_is_an_error_observation(

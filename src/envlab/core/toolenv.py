@@ -20,6 +20,7 @@ from envlab.core.tools import ToolSpec, collect_tools
 from envlab.core.types import Action, Observation, StepResult, Task, ToolCall, ToolResult
 
 if TYPE_CHECKING:
+    from envlab.core.limits import Limits
     from envlab.core.spec import EnvSpec
 
 
@@ -115,6 +116,9 @@ class ToolEnv(Environment):
     rubric: ClassVar[Rubric]
     _tool_specs: ClassVar[dict[str, ToolSpec]] = {}
     interceptor: ToolInterceptor | None = None
+    episode_limits: Limits | None = None
+    """The episode's limits, set by the engine before ``reset`` (the user's overrides over the
+    task's); without them the spec's own (``spec.limits(task)``) bound the tool calls."""
     """What every tool call goes through when set (perturbations: ``envlab.envs.perturb``)."""
 
     close_grace_s: ClassVar[float] = 5.0
@@ -161,8 +165,11 @@ class ToolEnv(Environment):
                 "fresh one (spec.new_episode())"
             )
         self.task, self.seed = task, seed
-        if self.spec is not None:
-            self._runner.budget = ToolBudget.of(self.spec.limits(task))
+        limits = self.episode_limits  # the engine's, else the spec's own
+        if limits is None and self.spec is not None:
+            limits = self.spec.limits(task)
+        if limits is not None:
+            self._runner.budget = ToolBudget.of(limits)
         await self.on_reset(task, seed)
         return Observation(text=self.prompt(task))
 

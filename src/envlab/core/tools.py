@@ -13,6 +13,7 @@ import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from envlab.core.errors import ToolCallError
+from envlab.core.text import check_text
 
 _TOOL_MARK = "__envlab_tool__"
 _WRITES_MARK = "__envlab_tool_writes__"
@@ -106,6 +107,10 @@ class ToolSpec:
             )
         if _depth_over(arguments, MAX_ARGUMENT_DEPTH):
             raise self._too_deep()
+        try:  # a lone surrogate (a JSON escape decodes to one) reaches no tool: no encoder
+            check_text(arguments, f"arguments for tool '{self.name}'")  # writes it back out
+        except ValueError as e:
+            raise ToolCallError(str(e)) from None
         return arguments
 
     def parse_arguments(self, arguments: dict[str, Any] | str) -> dict[str, Any]:

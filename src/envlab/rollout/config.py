@@ -16,6 +16,7 @@ from envlab.core import (
     OrderEnforcing,
     Reward,
     StepLimit,
+    ToolEnv,
 )
 
 
@@ -73,7 +74,11 @@ def describe_exception(e: BaseException) -> str:
 
 
 def wrap_for_limits(env: Environment, limits: Limits) -> Environment:
-    """The engine's own limits, as wrappers: order checks outside, then steps, then time."""
+    """The engine's own limits, as wrappers: order checks outside, then steps, then time.
+    A ``ToolEnv`` also gets the episode's limits for its tool calls' budget (the user's
+    overrides included), before its reset reads them."""
+    if isinstance(env, ToolEnv):
+        env.episode_limits = limits
     if limits.episode_timeout_s is not None:
         env = EpisodeTimeLimit(env, seconds=limits.episode_timeout_s)
     if limits.max_steps is not None:
