@@ -3,12 +3,14 @@
 It registers ``envlab_pytest_guard`` (beside it in the kit), which reports the start and the end
 of the test session on envlab's events channel, so that a session cut short (``os._exit(0)`` at
 import in the code under test, a kill) is known to have never finished, whatever exit code it
-left behind; and it ends the process itself once the session is over, so that no ``atexit``
-handler the code under test registered can change the exit code or the files pytest wrote.
+left behind, and which taints the session (never finished, exit 3) when code the tests import
+changes pytest under it (its functions, classes, hook implementations, the session's counts);
+and it ends the process itself once the session is over, so that no ``atexit`` handler the code
+under test registered can change the exit code or the files pytest wrote.
 
-What it cannot do: code that the tests import runs in this very process and can, if it targets
-this guard, patch pytest or write on the channel itself. Tests that must not trust the code
-under test run it in a subprocess.
+What it cannot do: code that the tests import runs in this very process and can, if it is
+written against this guard, still defeat it (or write on the channel itself). Tests that must
+not trust the code under test run it in a subprocess.
 """
 
 from __future__ import annotations
