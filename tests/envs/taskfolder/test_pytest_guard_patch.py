@@ -6,7 +6,7 @@ reports as passed. envlab's pytest guard snapshots pytest's internals before any
 compares them after collection, after each test and at the end, and checks the session's exit
 against the reports it saw: any difference makes the grade invalid (``tainted`` on the events
 channel, the session never reported finished), so the episode scores 0 with ``grader_failed``
-naming ``grader_tainted``.
+naming ``grader_tainted`` and the grade's ``grader_tainted`` naming what was changed.
 
 Each variant below is a real agent (``ShellScriptAgent``) that appends a patch to its (wrong)
 module in a real bubblewrap sandbox, graded by the real verifier in the host mode; the same
@@ -219,6 +219,9 @@ async def test_a_module_that_patches_pytest_at_import_is_tainted(
     assert traj.reward == 0.0, f"{variant}: scored {traj.reward}\n{tail(traj)}"
     assert traj.grader_failed is not None, f"{variant}: a plain 0, not caught\n{tail(traj)}"
     assert "grader_tainted" in tail(traj), tail(traj)
+    tainted = (traj.info.get("grade") or {}).get("grader_tainted") or []
+    assert tainted and tainted[0].startswith("pytest: "), tail(traj)
+    assert "changed pytest's own code" in traj.grader_failed
 
 
 async def test_the_same_task_solved_honestly_scores_1_and_a_wrong_answer_0(

@@ -29,11 +29,11 @@ import stat
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envlab.core.errors import GraderFailed
+from envlab.core.errors import GraderFailed, GraderTainted
 from envlab.core.rubric import Reward
 from envlab.sandbox import ExecResult, Mount, Sandbox, verifier_kit
 from envlab.sandbox.tasks import offline
@@ -159,9 +159,19 @@ def end_report(res: ExecResult) -> tuple[dict[str, Any] | None, str]:
     return None, res.stdout
 
 
-def parse_events(text: str) -> tuple[list[str], list[str]]:
-    """pytest sessions that started and never finished; programs reported missing."""
-    started, finished, missing = set(), set(), []
+class Events(NamedTuple):
+    """What the verifier's processes reported on the events channel."""
+
+    unfinished: list[str]
+    """pytest sessions that started and never finished."""
+    missing: list[str]
+    """Programs reported missing."""
+    tainted: list[str]
+    """pytest sessions whose own code was changed while the tests ran (``tainted PID WHAT``)."""
+
+
+def parse_events(text: str) -> Events:
+    started, finished, missing, tainted = set(), set(), [], []
     for line in text.splitlines():
         kind, _, rest = line.partition(" ")
         pid = rest.split(" ")[0]
@@ -171,7 +181,9 @@ def parse_events(text: str) -> tuple[list[str], list[str]]:
             finished.add(pid)
         elif kind == "missing" and rest and rest[:100] not in missing:
             missing.append(rest[:100])
-    return sorted(started - finished), missing[:20]
+        elif kind == "tainted" and len(tainted) < 20:
+            tainted.append("pytest: " + rest.partition(" ")[2][:300])
+    return Events(sorted(started - finished), missing[:20], tainted)
 
 
 def _unpack(files: dict[str, Any], logs: Path) -> None:
@@ -257,7 +269,14 @@ def judge(
             {k: str(v) for k, v in p.items()} for p in report["prepared"] if isinstance(p, dict)
         ]
         d.not_carried = [*d.not_carried, *prepared][:200]
-    unfinished, missing = parse_events(events)
+    unfinished, missing, tainted = parse_events(events)
+    if tainted and not res.timed_out:
+        d.grader_tainted = tainted
+        raise GraderTainted(
+            "the code under test changed pytest's own code while the tests ran (its outcomes "
+            f"cannot be trusted): {tainted[0]}",
+            details=d.record(),
+        )
     needs = offline.read_needs_network(needs_network) if needs_network else []
     why = "" if res.timed_out else _invalid(res, report, unfinished)
     problems = [] if why or res.timed_out else logs_problems(logs)
