@@ -1,7 +1,7 @@
 """The pytest guard against code under test that patches pytest, in the image mode: the tiny
 base with the host's pytest copied in (as ``test_separate_redteam`` does), graded ``separate``
 and ``shared``; the guard is loaded by ``PYTEST_PLUGINS`` into the image's own Python. Every
-variant of ``test_pytest_guard_patch`` scores 0 (``GraderFailed``, the session tainted); the
+variant of ``test_pytest_guard_patch`` scores 0 (``GraderTainted``, naming what was changed); the
 honest solution still scores 1 and a wrong one a plain 0."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envlab.core.errors import GraderFailed
+from envlab.core.errors import GraderTainted
 from tests.envs.taskfolder import image_support
 from tests.envs.taskfolder.image_support import needs_image_host
 from tests.envs.taskfolder.test_pytest_guard_patch import (
@@ -64,8 +64,8 @@ def test_a_module_that_patches_pytest_at_import_is_tainted_in_an_image(
 ) -> None:
     module = HALF_RIGHT if variant in NEEDS_WRONG_FIXED else WRONG
     grade = episode(guarded_task(tmp_path, mode), planting(module, PATCHES[variant]))
-    assert isinstance(grade, GraderFailed), f"{variant} ({mode}): {grade!r}"
-    assert "grader_tainted" in str(grade), str(grade)
+    assert isinstance(grade, GraderTainted), f"{variant} ({mode}): {grade!r}"
+    assert grade.details["grader_tainted"][0].startswith("pytest: "), grade.details
 
 
 @pytest.mark.parametrize("mode", MODES)
