@@ -23,6 +23,7 @@ from envlab.core import (
     EnvSpec,
     GradingContext,
     Limits,
+    Reward,
     Rubric,
     Status,
     Task,
@@ -270,6 +271,24 @@ async def test_an_overrun_is_graded_0_whatever_its_thread_does_later() -> None:
     assert "tool_overrun" in reward.details and (await env.regrade()).total == 0.0
     await asyncio.sleep(0.1)
     assert env.won is None  # stopped at its next instruction: the late write never happened
+
+
+async def test_an_episode_that_grades_its_own_way_is_still_graded_0_after_an_overrun() -> None:
+    """Subclasses grade by overriding ``score`` (replays add their counts, task folders run
+    their verifier); the budget's check sits in ``grade`` around it, for all of them."""
+
+    class OwnScore(SpinEpisode):
+        async def score(self) -> Reward:
+            return Reward(total=1.0, components={"answered_ok": 1.0})  # would pay anything
+
+    class OwnScoreEnv(SpinEnv):
+        environment = OwnScore
+
+    spec = OwnScoreEnv()
+    env = spec.new_episode()
+    await env.reset(spec.tasks().by_id("hostile"))
+    await env.step(Action(tool_calls=[ToolCall("spin", {}, id="s")]))
+    assert (await env.grade()).total == 0.0 and (await env.regrade()).total == 0.0
 
 
 async def test_calls_of_one_episode_run_one_after_another_in_order() -> None:

@@ -272,16 +272,21 @@ class ToolEnv(Environment):
 
     async def grade(self) -> Reward:
         if self._reward is None:
-            self._reward = self.overrun_reward() or await self.rubric.score(self.grading_context())
+            self._reward = self.overrun_reward() or await self.score()
         return self._reward
 
     async def regrade(self) -> Reward:
-        """Score the rubric again on the same final state (no cached result)."""
-        return self.overrun_reward() or await self.rubric.score(self.grading_context())
+        """Score again on the same final state (no cached result)."""
+        return self.overrun_reward() or await self.score()
+
+    async def score(self) -> Reward:
+        """The grade of the final state: the rubric on ``grading_context()``. Subclasses that
+        grade their own way override this (never ``grade``, which checks the tool budget first)."""
+        return await self.rubric.score(self.grading_context())
 
     def overrun_reward(self) -> Reward | None:
         """0 when a tool call ran past its budget (``tool_overrun``), without reading the state:
-        its thread may still be changing it. Subclasses that grade their own way check it too."""
+        its thread may still be changing it."""
         if self.tool_overrun is None:
             return None
         zeros = {c.name: 0.0 for c in self.rubric.components}

@@ -214,4 +214,7 @@ def logs_from_run(
             out.skipped[why] = out.skipped.get(why, 0) + 1
     if not out.sessions:
         raise ConfigError(f"{run_dir} holds no scored episode to write as a session")
+    # the run file holds episodes in the order they finished; the logs hold them in one order
+    # (which session answers a call several logged depends on it)
+    out.sessions.sort(key=lambda s: (s.task or "", s.session_id))
     return out

@@ -266,13 +266,8 @@ class ReplayEpisode(ToolEnv):
         counts = {"calls": self.n_calls, "unanswerable": self.n_unanswerable, "fuzzy": self.n_fuzzy}
         return reward.model_copy(update={"details": {**reward.details, "replay": counts}})
 
-    async def grade(self) -> Reward:
-        if self._reward is None:
-            self._reward = self._details(await self.rubric.score(self.grading_context()))
-        return self._reward
-
-    async def regrade(self) -> Reward:
-        return self._details(await self.rubric.score(self.grading_context()))
+    async def score(self) -> Reward:
+        return self._details(await super().score())
 
     def oracle_actions(self, task: Task) -> list[Action]:
         """The logged successful session's assistant messages, one action each, as logged (but

@@ -211,16 +211,8 @@ class TerminalEpisode(ToolEnv):
         return "submitted"
 
     # --- grading -----------------------------------------------------------------------------
-    async def grade(self) -> Reward:
-        if self._reward is None:
-            self._reward = await self._verify()
-        return self._reward
-
-    async def regrade(self) -> Reward:
-        """Run the tests again, from scratch, on the same frozen workspace."""
-        return await self._verify()
-
-    async def _verify(self) -> Reward:
+    async def score(self) -> Reward:
+        """Run the tests (again, from scratch, for a regrade) on the frozen workspace."""
         if self.box is None or self.runtime is None:
             raise EpisodeOrderError("grade() was called before reset() prepared a sandbox")
         return await self.runtime.grade(self.box)
