@@ -19,6 +19,7 @@ import pytest
 
 from envlab.core import Action, ToolCall
 from envlab.core.tools import example_arguments
+from envlab.envs.perturb import perturb
 from envlab.envs.tau.airline import AIRLINE_SCHEMA, AirlineTools
 from envlab.envs.tau.db import Database
 from envlab.envs.tau.retail import RETAIL_SCHEMA, RetailTools
@@ -293,5 +294,17 @@ async def test_a_lone_surrogate_in_any_argument_of_any_tool_is_a_tool_error(
         result.content.encode("utf-8")  # what the agent reads is encodable
         env.done = False  # a transfer call ends the conversation; keep calling
     assert env.state()["changes"] == {}
+    json.dumps(env.state(), ensure_ascii=False).encode("utf-8")
+    await env.close()
+
+
+async def test_a_call_a_perturbation_refuses_keeps_no_unencodable_argument() -> None:
+    """A call answered before any tool runs (a transient fault) is logged without arguments
+    that cannot be encoded, so the episode's state and trajectory can be written."""
+    spec = perturb(TauRetail(), "transient=1.0")
+    env = spec.new_episode()
+    await env.reset(spec.tasks()[0], 0)
+    step = await env.step(Action(tool_calls=[ToolCall("get_user_details", {"user_id": BAD})]))
+    assert step.observation.tool_results[0].is_error
     json.dumps(env.state(), ensure_ascii=False).encode("utf-8")
     await env.close()

@@ -182,11 +182,7 @@ class AirlineTools(ReservationChanges, CommonTools, DomainTools):
             "nonfree_baggages": nonfree_baggages,
             "insurance": insurance,
         }
-        total: Any = 0
-        for flight in reservation["flights"]:  # cabin and passengers are read only in here
-            total += self._segment_price(flight, cabin, passengers)
-        if insurance == "yes":
-            total += 30 * len(passengers)
+        total = self._booking_price(reservation["flights"], cabin, passengers, insurance)
         total += 50 * nonfree_baggages
         self._check_payments(user["payment_methods"], payment_methods)
         paid = sum(payment["amount"] for payment in payment_methods)
@@ -199,6 +195,16 @@ class AirlineTools(ReservationChanges, CommonTools, DomainTools):
         user["reservations"].append(reservation_id)
         self.db.put("users", user_id, user)
         return json.dumps(reservation)
+
+    def _booking_price(self, flights: Any, cabin: Any, passengers: Any, insurance: Any) -> Any:
+        """τ-bench's price of a booking before its bags: each segment (cabin and passengers
+        are read only there), then the insurance (``len(passengers)`` only if it is "yes")."""
+        total: Any = 0
+        for flight in flights:
+            total += self._segment_price(flight, cabin, passengers)
+        if insurance == "yes":
+            total += 30 * len(passengers)
+        return total
 
     @staticmethod
     def _check_payments(methods: Record, payments: Any) -> None:

@@ -81,6 +81,8 @@ class TauEpisode(ToolEnv, DomainTools):
         result = await super().call_tool(call, default_id)
         spec = self._tool_specs.get(call.name)
         logged = self.tool_log[-1]
+        if not _encodable(logged.get("arguments")):  # a call answered without run_tool
+            logged.pop("arguments")  # (a perturbation's refusal): no unencodable text kept
         self.events.append(
             {
                 "by": "tool",
@@ -184,6 +186,14 @@ class TauEpisode(ToolEnv, DomainTools):
             await self.user.close()
         if self._has_db:
             self.db.close()
+
+
+def _encodable(value: Any) -> bool:
+    try:
+        check_encodable("", value)
+    except ToolCallError:
+        return False
+    return True
 
 
 def _readable(text: str) -> str:
