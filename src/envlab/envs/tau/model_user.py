@@ -4,6 +4,11 @@ The model gets the task's instruction as its hidden goal and the conversation wi
 turned round (the agent's messages are its ``user`` turns). Its time is not the agent's
 (``not_agent_time``), and a failure of its endpoint is the machinery's (``InfraError``), never
 the agent's. Nothing is sent until ``start()``.
+
+So that the agent cannot cause that failure (and have its episode excluded), what the agent
+says reaches the user's model bounded: each message cut at ``MAX_AGENT_CHARS`` (the user reads
+that it was cut), and the conversation sent at most ``MAX_CONVERSATION_CHARS`` (the oldest turns
+after the goal left out). A model that still refuses is the machinery's failure.
 """
 
 from __future__ import annotations
@@ -15,6 +20,10 @@ from envlab.envs.tau.users import STOP, UserSimulator
 from envlab.models.client import OpenAICompatModel, Sampling
 
 GREETING = "Hi! How can I help you today?"
+MAX_AGENT_CHARS = 8000
+"""The most of one agent message the user's model reads (a long one is cut, with a note)."""
+MAX_CONVERSATION_CHARS = 48_000
+"""The most of the conversation sent to the user's model (the goal always; then the latest)."""
 
 PROMPT = """You are a customer talking with a customer service agent, one message at a time.
 
@@ -67,10 +76,13 @@ class ModelUser(UserSimulator):
         return await self._say(agent_message)
 
     async def _say(self, agent_message: str) -> str:
+        if len(agent_message) > MAX_AGENT_CHARS:
+            cut = len(agent_message) - MAX_AGENT_CHARS
+            agent_message = f"{agent_message[:MAX_AGENT_CHARS]}\n[... {cut} more characters cut]"
         self.messages.append({"role": "user", "content": agent_message})
         try:
             async with not_agent_time("simulated user"):
-                reply = await self.model.chat(self.messages)
+                reply = await self.model.chat(self._window())
         except InfraError:
             raise
         except Exception as e:  # the user's endpoint, not the agent
@@ -80,6 +92,16 @@ class ModelUser(UserSimulator):
         self.messages.append({"role": "assistant", "content": text})
         self._last = {"usage": reply.usage, "finish_reason": reply.finish_reason}
         return text
+
+    def _window(self) -> list[dict[str, Any]]:
+        """The goal, then as many of the latest turns as fit ``MAX_CONVERSATION_CHARS``."""
+        goal, turns = self.messages[0], self.messages[1:]
+        start = len(turns) - 1  # the message to answer always goes (it is bounded)
+        room = MAX_CONVERSATION_CHARS - len(turns[start]["content"])
+        while start > 0 and room >= len(turns[start - 1]["content"]):
+            room -= len(turns[start - 1]["content"])
+            start -= 1
+        return [goal, *turns[start:]]
 
     @property
     def info(self) -> dict[str, Any]:
