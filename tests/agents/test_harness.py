@@ -45,13 +45,16 @@ def harness(fake: FakeOpenAI, **settings: Any) -> ToolCallingHarness:
     )
 
 
-async def episode(agent: Agent | AgentFactory, max_retries: int = 0) -> Trajectory:
+async def episode(
+    agent: Agent | AgentFactory, max_retries: int = 0, model_failures: str = "agent"
+) -> Trajectory:
     """One calc episode of ``TASK`` through the engine's driver (no time limits)."""
     return await play(
         CalcEnv(),
         agent,
         TASK,
         max_retries=max_retries,
+        model_failures=model_failures,
         step_timeout_s=None,
         episode_timeout_s=None,
     )
@@ -133,9 +136,17 @@ async def test_reply_without_tool_call_is_the_final_answer(fake: FakeOpenAI) -> 
     assert traj.components["correct"] == 1.0 and traj.components["computed_with_tools"] == 0.0
 
 
-async def test_500s_until_retries_run_out_is_infra_error(fake: FakeOpenAI) -> None:
-    fake.push(*[error(500, "overloaded")] * 3 * 2)  # 3 tries per attempt, 2 attempts
+async def test_500s_until_retries_run_out_are_the_agents_failure(fake: FakeOpenAI) -> None:
+    fake.push(*[error(500, "overloaded")] * 3)  # 3 tries, then the agent's failure
     traj = await episode(harness(fake), max_retries=1)
+    assert traj.status is Status.AGENT_ERROR and traj.reward == 0.0 and traj.attempts == 1
+    assert traj.error is not None and traj.error.kind == "model"
+    assert "HTTP 500: overloaded" in traj.error.message
+
+
+async def test_500s_of_a_trusted_endpoint_are_infra_error(fake: FakeOpenAI) -> None:
+    fake.push(*[error(500, "overloaded")] * 3 * 2)  # 3 tries per attempt, 2 attempts
+    traj = await episode(harness(fake), max_retries=1, model_failures="exclude")
     assert traj.status is Status.INFRA_ERROR and traj.reward is None and traj.attempts == 2
     assert traj.error is not None and "HTTP 500: overloaded" in traj.error.message
 

@@ -141,6 +141,7 @@ async def run(
     spec: EnvSpec | None = None,
     n: int = 6,
     concurrency: int | None = None,
+    model_failures: str = "agent",
     **limits: Any,
 ) -> list[Trajectory]:
     spec = spec or EchoEnv(n=n)
@@ -152,7 +153,10 @@ async def run(
             out_dir=out,
             concurrency=concurrency or n,
             config=EpisodeConfig(
-                overrides=Limits.overrides(**limits), retry_backoff=0.0, max_retries=0
+                overrides=Limits.overrides(**limits),
+                retry_backoff=0.0,
+                max_retries=0,
+                model_failures=model_failures,  # type: ignore[arg-type]
             ),
         )
     finally:
@@ -208,13 +212,22 @@ async def test_a_slow_model_still_times_out_and_says_where(tmp_path: Path) -> No
         assert "step_timeout" in t.error.message and "2.0s" in t.error.message, t.error
 
 
-async def test_a_rate_limited_endpoint_backoff_is_not_the_agents_time(tmp_path: Path) -> None:
-    """A 429 asks to come back after 3 step limits; the retry then answers at once."""
+@pytest.mark.parametrize("policy", ["agent", "exclude"])
+async def test_a_rate_limited_endpoint_backoff_is_whose_time_the_run_says(
+    tmp_path: Path, policy: str
+) -> None:
+    """A 429 asks to come back after 3 step limits; the retry then answers at once. The agent's
+    own endpoint: its wait is the agent's time (a timeout, scored); a trusted endpoint's
+    (``--model-failures exclude``): not the agent's time."""
     with FakeOpenAI() as fake:
         fake.push(error(429, "slow down", {"Retry-After": str(HOLD)}), completion("ok"))
         agents = factory(lambda: model_agents.ModelHTTP(fake.base_url), name="fake", retries=2)
         agents._make_model = _at(agents._make_model, fake.base_url)
-        (t,) = await run(tmp_path / "run", agents, n=1, step_timeout_s=STEP)
+        (t,) = await run(tmp_path / "run", agents, n=1, step_timeout_s=STEP, model_failures=policy)
+    if policy == "agent":
+        assert t.status is Status.TIMEOUT and t.scored and t.reward == 0.0, t.error
+        assert t.timings.waited_s == 0.0
+        return
     assert t.status is Status.OK and t.reward == 1.0, t.error
     assert t.steps[0].action.info["attempts"] == 2
     assert t.timings.waited_s > 0.0
