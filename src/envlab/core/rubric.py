@@ -39,7 +39,43 @@ class Component:
     kind: CheckKind = "verifiable"
     gate: bool = False
     threshold: float = 1.0
+    """A gate fires when the score is below this: in (0, 1] (a score is in [0, 1])."""
     description: str = ""
+
+    def __post_init__(self) -> None:
+        """Refuse, when the rubric is written, a component that cannot do what it says."""
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ConfigError(f"a rubric component needs a non-empty name, got {self.name!r}")
+        what = f"rubric component {self.name!r}"
+        if not callable(self.fn):
+            raise ConfigError(f"{what}: fn must be a function of the grading context, got "
+                              f"{type(self.fn).__name__}")  # fmt: skip
+        if self.kind not in ("verifiable", "judge"):
+            raise ConfigError(f"{what}: kind is {self.kind!r}; use 'verifiable' or 'judge'")
+        weight = _number(self.weight, f"{what}: weight")
+        if weight < 0:
+            raise ConfigError(
+                f"{what} has negative weight {self.weight}: the total is a weighted mean of "
+                "scores in [0, 1] and a negative weight can push it outside; use a weight >= 0 "
+                "(0 records the score without counting it), or a gate to zero the total"
+            )
+        threshold = _number(self.threshold, f"{what}: threshold")
+        if self.gate and threshold <= 0:
+            raise ConfigError(
+                f"gate {self.name!r} has threshold {self.threshold}: a score in [0, 1] is never "
+                "below it, so the gate never fires; use a threshold in (0, 1] (1.0: the gate "
+                "needs a full score; 0.5: at least half)"
+            )
+        if self.gate and threshold > 1:
+            raise ConfigError(
+                f"gate {self.name!r} has threshold {self.threshold}: a score in [0, 1] is always "
+                "below it, so every episode scores 0; use a threshold in (0, 1]"
+            )
+        if not self.gate and threshold != 1.0:
+            raise ConfigError(
+                f"{what} sets threshold={self.threshold} but is not a gate, so the threshold "
+                "is ignored; pass gate=True to make it a gate, or drop threshold"
+            )
 
 
 @dataclass(slots=True)
@@ -50,14 +86,27 @@ class Rubric:
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.components]
+        bad = [c for c in self.components if not isinstance(c, Component)]
+        if bad:
+            raise ConfigError(
+                f"a rubric is a list of Component, got {type(bad[0]).__name__}: wrap each "
+                "check as Component(name, fn, ...)"
+            )
         dup = {n for n in names if names.count(n) > 1}
         if dup:
-            raise ConfigError(f"rubric component names must be unique; repeated: {sorted(dup)}")
-        for c in self.components:
-            if c.weight < 0:
-                raise ConfigError(f"component {c.name!r} has negative weight {c.weight}")
+            raise ConfigError(
+                f"rubric component names must be unique; repeated: {sorted(dup)}; rename them"
+            )
         if self.components and not any(c.weight > 0 and not c.gate for c in self.components):
-            raise ConfigError("a rubric needs at least one non-gate component with positive weight")
+            listed = ", ".join(
+                f"{c.name} ({'gate' if c.gate else f'weight {c.weight:g}'})"
+                for c in self.components
+            )
+            raise ConfigError(
+                "a rubric needs at least one non-gate component with positive weight, or no "
+                f"total can reach 1 (it is always 0); its components: {listed}. Give a scored "
+                "component a weight > 0 (gates only zero the total)"
+            )
 
     def describe(self) -> list[dict[str, Any]]:
         return [
@@ -90,6 +139,13 @@ class Rubric:
             total = 0.0
         kinds = {c.name: c.kind for c in self.components}
         return Reward(total=total, components=scores, gated_by=gated_by, details={"kinds": kinds})
+
+
+def _number(value: object, where: str) -> float:
+    """``value`` as a float if it is a finite int or float (not a bool); else ``ConfigError``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{where} is {value!r}; it must be a finite number")
+    return float(value)
 
 
 def finite_number(value: object, where: str) -> float:
