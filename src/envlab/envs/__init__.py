@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ def load_env(name: str, **kwargs: Any) -> EnvSpec:
     """The spec of an environment by registered name, ``module:Spec`` path, or the path of a
     task folder (or of a directory of task folders), or a replay directory (``replay.json``,
     written by ``envlab sim-from-logs``), or a ``ws://``/``wss://`` URL of a server speaking
-    OpenEnv's protocol (``RemoteEnv``, docs/remote.md), configured with ``kwargs``."""
+    OpenEnv's protocol (``RemoteEnv``, docs/remote.md), or ``PREFIX:ITEM`` of an adapter's
+    family (``rg:leg_counting``: ``family_factory``), configured with ``kwargs``."""
     if name.startswith(("ws://", "wss://")):  # a remote environment, before the path check
         from envlab.envs.remote import load_remote_env
 
@@ -35,7 +37,7 @@ def load_env(name: str, **kwargs: Any) -> EnvSpec:
         from envlab.envs.taskfolder import load_task_env
 
         return load_task_env(path, **kwargs)
-    factory = ENVS.resolve(name)
+    factory = family_factory(name) or ENVS.resolve(name)
     try:
         env = factory(**kwargs)
     except TypeError as e:
@@ -51,4 +53,17 @@ def load_env(name: str, **kwargs: Any) -> EnvSpec:
     return env
 
 
-__all__ = ["ENVS", "load_env"]
+def family_factory(name: str) -> Any | None:
+    """For ``PREFIX:ITEM`` (``rg:leg_counting``, ``gym:Taxi-v4``) where an adapter registered
+    the family ``PREFIX:*`` (an ``envlab.envs`` entry point): its factory, to be called with the
+    whole name first (``factory(name, **config)``); else ``None``."""
+    prefix, sep, item = name.partition(":")
+    if not sep or not item or prefix.endswith(".py") or "*" in name:
+        return None
+    names = ENVS.names()
+    if name in names or f"{prefix}:*" not in names:
+        return None
+    return functools.partial(ENVS.resolve(f"{prefix}:*"), name)
+
+
+__all__ = ["ENVS", "family_factory", "load_env"]
