@@ -1,0 +1,1 @@
+"""Adapters: environments from other libraries (reasoning-gym, TextArena, gymnasium, verifiers) as envlab specs."""
