@@ -187,7 +187,7 @@ class TextArenaEnv(EnvSpec):
 
 
 def load_textarena_env(name: str, **kwargs: Any) -> TextArenaEnv:
-    """The spec of ``ta:GAME``."""
+    """TextArena games as ta:GAME (ta:Sudoku-v0, ta:TicTacToe-v0 vs a scripted opponent)."""
     return TextArenaEnv(game=name.removeprefix(PREFIX), **kwargs)
 
 
