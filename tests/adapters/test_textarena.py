@@ -56,7 +56,7 @@ async def _through_envlab(spec: TextArenaEnv, seed_index: int, moves: list[str])
 )
 def test_single_player_same_as_textarena(game: str, moves: list[str]) -> None:
     spec = TextArenaEnv(game=game, observation="full")
-    task, env, shown, result, reward = asyncio.run(_through_envlab(spec, 2, moves))
+    task, _env, shown, result, reward = asyncio.run(_through_envlab(spec, 2, moves))
     seen, done, (rewards, info) = _direct(game, task.metadata["seed"], 1, moves)
     assert [obs for _, obs in seen] == shown
     assert result is not None and result.done == done
@@ -72,7 +72,7 @@ def test_single_player_same_as_textarena(game: str, moves: list[str]) -> None:
 def test_two_player_opponent_is_scripted_and_same_as_textarena() -> None:
     spec = TextArenaEnv(game="TicTacToe-v0")
     moves = ["[4]", "[0]", "[8]", "[2]", "[6]", "[1]", "[3]", "[5]", "[7]"]
-    task, env, shown, result, reward = asyncio.run(_through_envlab(spec, 1, moves))
+    task, env, _shown, _result, reward = asyncio.run(_through_envlab(spec, 1, moves))
     game = env.game
     assert game is not None and game.done
     # replay both seats' moves, as envlab's game recorded them, through TextArena alone
