@@ -61,12 +61,12 @@ def test_single_player_same_as_textarena(game: str, moves: list[str]) -> None:
     assert [obs for _, obs in seen] == shown
     assert result is not None and result.done == done
     if not done:  # stopped before the game's end: scored as TextArena's loss
-        assert reward.total == -1.0 and reward.details["finished"] is False
+        assert reward.total == 0.0 and reward.details["finished"] is False
         return
-    assert reward.total == rewards[0]
+    assert reward.details["raw_reward"] == rewards[0]
+    assert reward.total == (0.0 if rewards[0] == -1 else rewards[0])
     assert reward.details["reason"] == info[0]["reason"]
-    normalised = validate_reward(reward, reward_range_of(task.metadata)).total
-    assert normalised == pytest.approx((rewards[0] + 1) / 2)
+    assert validate_reward(reward, reward_range_of(task.metadata)).total == reward.total
 
 
 def test_two_player_opponent_is_scripted_and_same_as_textarena() -> None:
@@ -83,6 +83,8 @@ def test_two_player_opponent_is_scripted_and_same_as_textarena() -> None:
         direct.step(action=move)
     rewards, _ = direct.close()
     assert reward.total == rewards[0]
+    normalised = validate_reward(reward, reward_range_of(task.metadata)).total
+    assert normalised == pytest.approx((rewards[0] + 1) / 2)
     again = asyncio.run(_through_envlab(spec, 1, moves))[1].game
     assert again is not None and again.moves == game.moves  # the opponent is deterministic
 
@@ -122,7 +124,8 @@ def test_loads_by_name_with_declared_range() -> None:
     assert spec.name == "ta:GuessTheNumber-v0"
     tasks = spec.tasks()
     assert len(tasks) == 3 and len({t.prompt for t in tasks}) >= 1
-    assert tasks[0].metadata["reward_range"] == [-1.0, 1.0]
+    assert "reward_range" not in tasks[0].metadata  # single-player: [0, 1] as it is
+    assert load_env("ta:TicTacToe-v0", size=1).tasks()[0].metadata["reward_range"] == [-1, 1]
     assert spec.tasks().content_hash() == tasks.content_hash()
 
 

@@ -3,8 +3,8 @@
 The agent plays one seat of a TextArena game (``textarena.make(GAME)``), writing moves as the
 game expects them (``[4]``, ``[up]``, ...); in a two-player game the other seat is a fixed,
 seeded ``ScriptedOpponent``. Tasks are seeds. The reward is the game's own reward for the
-agent's seat (TextArena's range [-1, 1]), declared as the task's ``reward_range`` so that
-envlab normalises it to [0, 1] as ``(r + 1) / 2`` (docs/adapters/textarena.md).
+agent's seat: as it is in [0, 1] for single-player games (their -1 forfeit scored 0), and
+``(r + 1) / 2`` for two-player ones (``REWARD_RANGE``; docs/adapters/textarena.md).
 """
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ from envlab.core import (
 
 PREFIX = "ta:"
 REWARD_RANGE = (-1.0, 1.0)
-"""TextArena's rewards: -1 a loss or an invalid move, 0 a draw, 1 a win; single-player games
-set their own value in this range (1 solved, a completion fraction, ...)."""
+"""Two-player games: -1 a loss (or forfeit by invalid moves), 0 a draw, 1 a win, declared as
+the task's ``reward_range``: envlab scores ``(r + 1) / 2``. Single-player games set their own
+value in [0, 1] (1 solved, a completion fraction, 0 failed), scored as it is, and -1 for the
+invalid-move forfeit, scored 0; any other value fails the grade (``grader_failed``)."""
 
 
 class TextArenaConfig(BaseModel):
@@ -109,7 +111,11 @@ class TextArenaEpisode(Environment):
             "reason": out.game_info.get("reason"),
             "invalid_move": out.game_info.get("invalid_move"),
         }
-        return Reward(total=out.reward, components={"game_reward": out.reward}, details=details)
+        details["raw_reward"] = out.reward
+        score = out.reward
+        if self.game.num_players == 1 and score == -1.0:
+            score = 0.0  # single-player: the invalid-move forfeit is a failure, scored 0
+        return Reward(total=score, components={"game_reward": score}, details=details)
 
     async def regrade(self) -> Reward:
         return await self.grade()
@@ -178,7 +184,7 @@ class TextArenaEnv(EnvSpec):
                         "game": self.config.game,
                         "seed": game_seed,
                         "players": self.players,
-                        "reward_range": list(REWARD_RANGE),
+                        **({"reward_range": list(REWARD_RANGE)} if self.players == 2 else {}),
                     },
                     split=split,
                 )
