@@ -49,6 +49,8 @@ class TaskEvidence:
     leak_needles: int = 0
     leak_error: str | None = None
     view: OracleView | None = None
+    write_tools: list[str] = field(default_factory=list)
+    """The tools offered that change state (``@tool(writes=True)``), of a Python environment."""
 
     def probe_names(self, check: str) -> list[str]:
         return [n for n, p in self.probes.items() if p.check == check]

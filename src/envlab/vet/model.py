@@ -28,6 +28,8 @@ CHECKS: dict[str, Verdict] = {
     "trivial_strategies": "trivial",
     "trainability": "dead",
     "reset_hygiene": "broken",
+    "paid_by_actions": "quarantine",
+    "impossible_task": "broken",
 }
 """Every per-task check, and the verdict its failure gives (``network`` gives ``broken`` when it
 is the verifier that needs the network: see ``CheckResult.verdict``)."""

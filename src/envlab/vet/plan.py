@@ -202,10 +202,12 @@ def plan_python_env(
     *,
     oracle_runs: int,
     spam: AgentFactory | None = None,
+    extra: dict[str, AgentFactory] | None = None,
 ) -> list[Episode]:
     """Baselines (an empty final answer; with ``spam``, every read tool on every id found,
     all of it repeated to the user), the reference answer, and the trivial strategies: every
-    constant answer (one shared agent per constant) and the echoed prompt. A task without an
+    constant answer (one shared agent per constant) and the echoed prompt; then the ``extra``
+    probes by name (the wider strategies and the action probes). A task without an
     answer (a remote envlab server sends none) has no oracle runs: its oracle check is n/a."""
     episodes = [Episode(task, "noop", NOOP)]
     if spam is not None:
@@ -214,4 +216,5 @@ def plan_python_env(
         episodes += [Episode(task, "oracle", ORACLE, i, regrade=i == 0) for i in range(oracle_runs)]
     episodes += [Episode(task, f"constant_{c}", agent) for c, agent in constants.items()]
     episodes.append(Episode(task, "echo_prompt", ECHO_PROMPT))
+    episodes += [Episode(task, name, agent) for name, agent in (extra or {}).items()]
     return episodes

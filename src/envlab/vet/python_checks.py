@@ -30,7 +30,9 @@ def _in_prompt(answer: str, prompt: str) -> bool:
     return bool(answer) and bool(_token_re(normalize(answer)).search(normalize(prompt)))
 
 
-def python_env_findings(tasks: list[Task], evidence: dict[str, TaskEvidence]) -> PythonFindings:
+def python_env_findings(
+    tasks: list[Task], evidence: dict[str, TaskEvidence], strategies: list[str] | None = None
+) -> PythonFindings:
     from scipy import stats
 
     f = PythonFindings()
@@ -92,7 +94,7 @@ def python_env_findings(tasks: list[Task], evidence: dict[str, TaskEvidence]) ->
             )
         else:
             f.leak[task.id] = result("answer_leak", "pass", "the answer is not in the prompt")
-    trivial_env, f.trivial = trivial_strategies(tasks, evidence)
+    trivial_env, f.trivial = trivial_strategies(tasks, evidence, strategies)
     f.env_checks.append(trivial_env)
     return f
 

@@ -36,8 +36,13 @@ from envlab.vet import spam as S
 from envlab.vet.folders import folder_context, plan_informed, scan, task_folder
 from envlab.vet.hacks import has_python_targets
 from envlab.vet.model import CheckResult, EnvCheck, EnvVet, TaskVet
-from envlab.vet.plan import Episode, constant_agents, plan_python_env, plan_task_folder
-from envlab.vet.spam import spam_agents
+from envlab.vet.plan import Episode, plan_task_folder
+from envlab.vet.python_vet import (
+    PythonProbes,
+    python_results,
+    run_python_probes,
+    wider_strategies,
+)
 from envlab.vet.verdict import quality_score, task_verdict, verdict_counts
 
 VET_FILE = "vet.json"
@@ -90,6 +95,7 @@ async def vet_environment(
     tasks = list(spec.tasks(seed=cfg.seed, n=cfg.tasks))
     kind = _kind(spec, tasks)
     run = _Run(spec, cfg, out, observer)
+    probes: PythonProbes | None = None
     evidence = {t.id: C.TaskEvidence(t, kind) for t in tasks}
     listener = await _Listener.start()
     try:
@@ -97,17 +103,8 @@ async def vet_environment(
             if kind == "taskfolder":
                 await _vet_folders(run, tasks, evidence, listener.port)
             else:
-                constants = constant_agents(tasks)
-                spam = await spam_agents(spec, tasks)
-                await run.episodes(
-                    [
-                        e
-                        for t in tasks
-                        for e in plan_python_env(
-                            t, constants, oracle_runs=cfg.oracle_runs, spam=spam.get(t.id)
-                        )
-                    ],
-                    evidence,
+                probes = await run_python_probes(
+                    spec, tasks, evidence, run.episodes, cfg.oracle_runs
                 )
             if agent is not None:
                 await run.episodes(
@@ -120,7 +117,7 @@ async def vet_environment(
                 )
     finally:
         await listener.close()
-    report = _report(run, tasks, evidence, kind, agent, time.perf_counter() - t0)
+    report = _report(run, tasks, evidence, probes, agent, time.perf_counter() - t0)
     (out / VET_FILE).write_text(report.model_dump_json(indent=2))
     return report
 
@@ -168,12 +165,18 @@ def _report(
     run: _Run,
     tasks: list[Task],
     evidence: dict[str, C.TaskEvidence],
-    kind: str,
+    probes: PythonProbes | None,
     agent: AgentFactory | None,
     elapsed: float,
 ) -> EnvVet:
     cfg = run.cfg
-    python = P.python_env_findings(tasks, evidence) if kind == "python" else None
+    kind = "python" if probes is not None else "taskfolder"
+    python = (
+        P.python_env_findings(tasks, evidence, wider_strategies(evidence))
+        if probes is not None
+        else None
+    )
+    more = python_results(tasks, evidence, probes, python.leak) if probes and python else None
     train = P.trainability(tasks, evidence, agent is not None, cfg.group_size)
     task_vets: list[TaskVet] = []
     for task in tasks:
@@ -184,12 +187,13 @@ def _report(
             C.check_oracle(ev),
             C.check_regrade(ev),
             X.check_tamper(ev),
-            X.check_leak(ev) if python is None else python.leak[task.id],
+            X.check_leak(ev) if more is None else more.leak[task.id],
             C.check_network(ev),
             C.check_verifier_health(ev),
             C.check_trivial_options(ev) if python is None else python.trivial[task.id],
             train.per_task[task.id],
             C.check_reset_hygiene(ev),
+            *(more.per_task[task.id] if more is not None else []),
         ]
         task_vets.append(task_verdict(task.id, results))
     env_checks: list[EnvCheck] = [
@@ -199,6 +203,8 @@ def _report(
     ]
     if python is not None:
         env_checks += python.env_checks
+    if more is not None:
+        env_checks += more.env_checks
     return EnvVet(
         env_id=run.env_id,
         env_hash=run.env_hash,

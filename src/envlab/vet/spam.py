@@ -23,13 +23,11 @@ from envlab.core import (
     AgentClass,
     AgentFactory,
     AgentSpec,
-    EnvSpec,
     EpisodeContext,
     Limits,
     Observation,
     Task,
     ToolCall,
-    ToolEnv,
     ToolSpec,
 )
 from envlab.vet.checks import (
@@ -43,7 +41,8 @@ from envlab.vet.checks import (
 from envlab.vet.model import CheckResult, EnvCheck
 
 SPAM_ROUNDS = 5
-"""Rounds of the spam agent: calls on the ids found so far, then everything it read, to the user."""
+"""Rounds of the spam agent: calls on the ids found so far, then everything it read, to the user
+(one round where a message ends the episode: ``spam_agents``)."""
 DEFAULT_STEPS = 50
 """The spam agent's step budget when the environment sets no ``max_steps``."""
 FAILURES_BEFORE_SKIP = 2
@@ -270,18 +269,17 @@ def spam_budget(limits: Limits) -> int:
     return max(1, limits.max_steps - 1) if limits.max_steps is not None else DEFAULT_STEPS
 
 
-async def spam_agents(spec: EnvSpec, tasks: list[Task]) -> dict[str, AgentFactory]:
-    """The spam agent of each task (its budget from ``spec.limits(task)``), or none at all when
-    the environment is not a ``ToolEnv`` with a read tool the agent can fill (asked of a fresh
-    episode, closed unused)."""
-    env = spec.new_episode()
-    try:
-        applies = isinstance(env.unwrapped, ToolEnv) and bool(read_tools(env.tools))
-    finally:
-        await env.close()
-    if not applies:
+def spam_agents(
+    tasks: list[Task], limits: dict[str, Limits], tools: list[ToolSpec], single_answer: bool
+) -> dict[str, AgentFactory]:
+    """The spam agent of each task (its budget from the task's ``limits``), or none at all when
+    no tool of the environment (``tools``, as a fresh episode offers them) is a read tool the
+    agent can fill. Where one message ends the episode (``single_answer``: a final answer), the
+    spam agent plays one round: every tool call its budget allows, then its one message."""
+    if not read_tools(tools):
         return {}
-    return {t.id: AgentClass(SpamAgent, spam_budget(spec.limits(t))) for t in tasks}
+    rounds = 1 if single_answer else SPAM_ROUNDS
+    return {t.id: AgentClass(SpamAgent, spam_budget(limits[t.id]), rounds) for t in tasks}
 
 
 # --- the check ----------------------------------------------------------------------------------
