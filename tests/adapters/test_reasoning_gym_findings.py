@@ -1,0 +1,28 @@
+"""Flaws of reasoning-gym itself, reproduced with reasoning-gym alone (no envlab in the loop)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+rg = pytest.importorskip("reasoning_gym")
+
+
+def test_list_functions_is_not_deterministic_in_its_seed() -> None:
+    """Its generators draw from the global ``random`` module, not the entry's seeded ``rng``
+    (reasoning_gym/induction/list_functions/generators.py): the same seed and index give
+    different questions, so its tasks cannot be replayed or compared across runs."""
+    questions = set()
+    for state in range(20):
+        random.seed(state)
+        questions.add(rg.create_dataset("list_functions", seed=0, size=20)[0]["question"])
+    assert len(questions) > 1
+
+
+def test_boxnet_and_rush_hour_entries_carry_no_answer() -> None:
+    """Their entries' ``answer`` is ``None`` and the metadata shows no solution: a reference
+    answer to check the grader with does not exist (envlab's oracle cannot pass)."""
+    for name in ("boxnet", "rush_hour"):
+        entry = rg.create_dataset(name, seed=0, size=2)[0]
+        assert entry["answer"] is None
