@@ -260,10 +260,12 @@ def _tool_calls(t: Trajectory) -> list[tuple[str, str]]:
 
 def _did_the_task(ev: TaskEvidence, probe: str) -> bool:
     """Whether ``probe``'s credit on this task is not for actions alone: doing nothing passes
-    it too, or the probe made every call that changes state the reference solution makes (the
-    task is to do that write, and the blind probe happened to do it)."""
+    it too, or the probe passed having made every call that changes state the reference
+    solution makes (the task is to do that write, and the blind probe happened to do it)."""
     if passes(ev, ["noop"]):
         return True
+    if not passes(ev, [probe]):  # credit short of a pass is never the task done
+        return False
     oracle = ev.by_probe.get("oracle", [])
     writes = set(ev.write_tools)
     wanted = {c for t in oracle[:1] for c in _tool_calls(t) if c[0] in writes}

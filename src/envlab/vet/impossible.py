@@ -21,7 +21,7 @@ from envlab.core import AgentClass, AgentFactory, Task, Trajectory
 from envlab.envs.answers import answer_text
 from envlab.vet.checks import TaskEvidence, probe_outcome, result
 from envlab.vet.model import CheckResult, EnvCheck
-from envlab.vet.plan import ConstantAgent
+from envlab.vet.surfaces import CopyAgent
 
 CROSS_PROBE = "other_answer"
 """The probe that answers a task with the answer of a task identical to it."""
@@ -54,11 +54,12 @@ def fingerprint(task: Task, trajs: list[Trajectory]) -> str | None:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def call_results(trajs: list[Trajectory]) -> dict[str, str]:
-    """``tool(arguments) -> result`` of every call the non-privileged probes made."""
+def call_results(trajs: list[Trajectory], privileged: bool = False) -> dict[str, str]:
+    """``tool(arguments) -> result`` of every call the probes made (the privileged ones' only
+    with ``privileged``)."""
     out: dict[str, str] = {}
     for t in trajs:
-        if t.agent.privileged:
+        if t.agent.privileged and not privileged:
             continue
         calls: dict[str, str] = {}
         for m in t.messages:
@@ -102,15 +103,45 @@ def identical_pairs(tasks: list[Task], evidence: dict[str, TaskEvidence]) -> dic
     return out
 
 
-def cross_agents(tasks: list[Task], pairs: dict[str, list[str]]) -> dict[str, AgentFactory]:
-    """For each task with a twin whose answer is a plain value: an agent answering that."""
+def oracle_calls(trajs: list[Trajectory]) -> tuple[tuple[tuple[str, str], ...], dict[str, str]]:
+    """The tool calls of the first oracle episode (name, arguments) and their results."""
+    for t in trajs:
+        if t.info.get("probe") != "oracle":
+            continue
+        calls = tuple(
+            (str(c.get("function", {}).get("name")), str(c.get("function", {}).get("arguments")))
+            for m in t.messages
+            for c in m.get("tool_calls") or []
+        )
+        return calls, call_results([t], privileged=True)
+    return (), {}
+
+
+def cross_agents(
+    tasks: list[Task], evidence: dict[str, TaskEvidence], pairs: dict[str, list[str]]
+) -> dict[str, AgentFactory]:
+    """For each task with a twin: an agent that makes the twin's reference calls and answers
+    the twin's answer (a different result tells the two apart; a pass, that both answers are
+    accepted)."""
     by_id = {t.id: t for t in tasks}
     out: dict[str, AgentFactory] = {}
     for tid, twins in pairs.items():
-        other = by_id[twins[0]].answer
-        if isinstance(other, int | float | str) and not isinstance(other, bool):
-            out[tid] = AgentClass(ConstantAgent, answer_text(other), CROSS_PROBE)
+        twin = by_id[twins[0]]
+        calls, _ = oracle_calls([x for v in evidence[twin.id].by_probe.values() for x in v])
+        answer = answer_text(twin.answer) if _plain(twin.answer) else ""
+        out[tid] = AgentClass(CopyAgent, calls, answer)
     return out
+
+
+def _plain(a: Any) -> bool:
+    return isinstance(a, int | float | str) and not isinstance(a, bool)
+
+
+def _told_apart(ev: TaskEvidence, twin: TaskEvidence) -> str | None:
+    """A call of the twin's reference solution answered otherwise here, if any."""
+    _, expected = oracle_calls([x for v in twin.by_probe.values() for x in v])
+    got = call_results(ev.by_probe.get(CROSS_PROBE, []), privileged=True)
+    return _tell_apart(got, expected)
 
 
 def check_impossible(
@@ -122,9 +153,14 @@ def check_impossible(
     for t in tasks:
         twins = pairs.get(t.id, [])
         cross = [probe_outcome(x) for x in evidence[t.id].by_probe.get(CROSS_PROBE, [])]
-        if not twins or any(o["passed"] for o in cross):
+        apart = _told_apart(evidence[t.id], evidence[twins[0]]) if twins else None
+        if not twins or apart is not None or any(o["passed"] for o in cross):
             why = (
-                "the other's answer passes too" if twins else "no identical task answers otherwise"
+                "no identical task answers otherwise"
+                if not twins
+                else f"the twin's call {apart} is answered otherwise here"
+                if apart
+                else "the twin's answer passes here too"
             )
             per[t.id] = result("impossible_task", "pass", why, twins=twins)
             continue

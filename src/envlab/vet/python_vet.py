@@ -98,7 +98,7 @@ async def run_python_probes(
     found = PythonProbes(view, scan_surfaces(tasks, evidence), identical_pairs(tasks, evidence))
     second = [Episode(t, COPY_PROBE, copy_agent(found.leaks.hits[t.id]))
               for t in tasks if t.id in found.leaks.hits]  # fmt: skip
-    crosses = cross_agents(tasks, found.twins)
+    crosses = cross_agents(tasks, evidence, found.twins)
     second += [Episode(t, CROSS_PROBE, crosses[t.id]) for t in tasks if t.id in crosses]
     await run(second, evidence)
     return found

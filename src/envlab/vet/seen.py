@@ -17,6 +17,8 @@ from typing import Any
 from envlab.core import ToolSpec
 from envlab.vet.spam import _ID_NAME, FREE_TEXT, find_ids
 
+_CODE = re.compile(r"(?<![\w-])[A-Za-z]+[-_#]?\d[\w-]*(?![\w-])")
+"""Codes the spam probe's ids leave out: ``TK-4100``, ``R17``, ``order_12``."""
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
 _QUOTED = re.compile(
     r"(?<![\w])(?:'([^'\s][^'\n]{0,38}[^'\s]|[^'\s])'|\"([^\"\s][^\"\n]{0,38}[^\"\s]|[^\"\s])\""
@@ -73,7 +75,7 @@ class Seen:
 
     def read(self, text: str) -> None:
         for kind, found in (
-            (self.ids, find_ids(text)),
+            (self.ids, find_ids(text) + _CODE.findall(text)),
             (self.numbers, numbers_in(text)),
             (self.words, quoted_in(text) + _json_strings(text)),
         ):
