@@ -134,6 +134,18 @@ def reasoning_gym_env(name: str, **config: Any) -> ReasoningGymEnv:
     return _spec_class(dataset)(**config)
 
 
+def reference_answer(entry: dict[str, Any]) -> str | None:
+    """The entry's answer as text; for a dataset that accepts many answers (``answer`` is
+    ``None``, ``score_answer`` checks any valid one), the example its metadata shows, if any."""
+    answer = entry["answer"]
+    if answer is None:
+        meta = entry.get("metadata") or {}
+        answer = next((meta[k] for k in ORACLE_KEYS if meta.get(k) is not None), None)
+    if answer is not None and not isinstance(answer, str):  # a structure: as JSON text
+        answer = json.dumps(answer)
+    return answer
+
+
 def _score(ctx: Any) -> float:  # never called: ReasoningGymEpisode.score grades
     raise NotImplementedError
 
@@ -151,13 +163,7 @@ class ReasoningGymEpisode(ToolEnv):
         return SYSTEM_PROMPTS[SYSTEM_PROMPT]
 
     def oracle_actions(self, task: Task) -> list[Action]:
-        entry = self.spec.entry(task)
-        answer = entry["answer"]
-        if answer is None:  # a dataset that accepts many answers: one of them, if it shows one
-            meta = entry.get("metadata") or {}
-            answer = next((meta[k] for k in ORACLE_KEYS if meta.get(k) is not None), None)
-        if answer is not None and not isinstance(answer, str):  # a structure: as JSON text
-            answer = json.dumps(answer)
+        answer = reference_answer(self.spec.entry(task))
         return [Action(text=f"<answer>{'' if answer is None else answer}</answer>")]
 
     def extracted_answer(self) -> str | None:
@@ -272,12 +278,11 @@ class ReasoningGymEnv(EnvSpec):
                     f"(seed {rg_seed}): {type(e).__name__}: {e}"
                 ) from e
             self._entries[(rg_seed, i)] = entry
-            answer = entry["answer"]
             tasks.append(
                 Task(
                     id=f"{self.dataset}-{rg_seed}-{i:05d}",
                     prompt=entry["question"],
-                    answer=answer if answer is None or isinstance(answer, str) else str(answer),
+                    answer=reference_answer(entry),
                     metadata={"rg_dataset": self.dataset, "rg_seed": rg_seed, "rg_index": i},
                     split=split,
                 )
