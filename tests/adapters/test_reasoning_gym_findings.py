@@ -26,3 +26,11 @@ def test_boxnet_and_rush_hour_entries_carry_no_answer() -> None:
     for name in ("boxnet", "rush_hour"):
         entry = rg.create_dataset(name, seed=0, size=2)[0]
         assert entry["answer"] is None
+
+
+def test_prime_factorization_scorer_crashes_on_a_non_numeric_answer() -> None:
+    """``score_answer`` raises ``ValueError`` (``int('...')``) instead of scoring a wrong answer
+    0: a grader that crashes on the agent's answer (envlab records ``grader_failed``, 0)."""
+    ds = rg.create_dataset("prime_factorization", seed=0, size=2)
+    with pytest.raises(ValueError):
+        ds.score_answer("certainly not this 123", ds[0])
