@@ -141,3 +141,52 @@ class VetProgress:
 
     def finished(self, episode: PlannedEpisode, trajectory: Trajectory) -> None:
         self.progress.finished(trajectory.record())
+
+
+class CatalogProgress:
+    """``arena --catalog``: environments vetted of those found, with the verdicts so far. When
+    stderr is not a terminal, one line per environment instead of a bar."""
+
+    def __init__(self, *, enabled: bool = True, console: Console | None = None) -> None:
+        self.console = console or err()
+        self.enabled = enabled
+        self.verdicts: Counter[str] = Counter()
+        self.tty = self.console.is_terminal
+        self._progress = Progress(
+            TextColumn("[bold]arena"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            disable=not (enabled and self.tty),
+            refresh_per_second=2,
+        )
+        self._task = self._progress.add_task("arena", total=None, stats="")
+        self.n = 0
+
+    def start(self, total: int) -> None:
+        self._progress.update(self._task, total=total)
+
+    def done(self, entry: object) -> None:
+        self.n += 1
+        for k, v in getattr(entry, "verdict_counts", {}).items():
+            self.verdicts[k] += v
+        stats = " ".join(f"{k} {v}" for k, v in sorted(self.verdicts.items()) if v)
+        self._progress.update(self._task, advance=1, stats=stats)
+        if self.enabled and not self.tty:
+            name, status = getattr(entry, "name", "?"), getattr(entry, "status", "?")
+            self.console.print(f"arena {self.n}: {name} {status} ({stats})")
+
+    def __enter__(self) -> CatalogProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._progress.stop()

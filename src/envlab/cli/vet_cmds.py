@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from envlab.cli.console import out, run_async
+from envlab.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from envlab.vet.model import EnvVet
@@ -216,8 +217,26 @@ def exposed_to(task) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 def arena_cmd(
-    envs: Annotated[list[str], typer.Argument(help="Environments to vet and rank.")],
-    agent: Annotated[str, typer.Option("--agent", "-a")] = "smollm2",
+    envs: Annotated[list[str] | None, typer.Argument(help="Environments to vet and rank.")] = None,
+    catalog: Annotated[
+        str | None,
+        typer.Option(
+            "--catalog",
+            metavar="SOURCES",
+            help="Vet every environment these sources find instead: envlab,rg,gym,ta,vf or "
+            "all (docs/arena.md).",
+        ),
+    ] = None,
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-j", help="Environments vetted at once (--catalog).")
+    ] = 2,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Finish an interrupted --catalog arena in --out.")
+    ] = False,
+    agent: Annotated[
+        str | None,
+        typer.Option("--agent", "-a", help="Trainability agent (none: skip; --catalog's default)."),
+    ] = None,
     samples: Annotated[int, typer.Option("--samples", "-k")] = 4,
     oracle_runs: Annotated[int, typer.Option("--oracle-runs")] = 5,
     group_size: Annotated[int, typer.Option("--group-size")] = 8,
@@ -231,18 +250,26 @@ def arena_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the ranking as JSON.")] = False,
 ) -> None:
     """Vet several environments and rank them: environments, not models."""
-    from rich.table import Table
-
     from envlab.cli.run_dirs import default_out_dir
     from envlab.runs import safe_name
     from envlab.vet.arena import rank, write_html
 
-    cfg = _config(samples, oracle_runs, group_size, concurrency, tasks)
     out_dir = out_dir or default_out_dir("arena")
+    if catalog is not None:
+        if envs:
+            raise ConfigError("give environments or --catalog, not both")
+        cfg = _config(samples, oracle_runs, group_size, concurrency, tasks or 8)
+        _arena_catalog(catalog, agent or "none", cfg, out_dir, html, jobs, resume, as_json)
+        return
+    if not envs:
+        raise ConfigError("name the environments to rank, or give --catalog SOURCES")
+    cfg = _config(samples, oracle_runs, group_size, concurrency, tasks)
     reports = []
     for i, name in enumerate(envs):
         where = out_dir / f"{i:02d}-{safe_name(name, 60)}"
-        reports.append(run_async(_vet_one(name, {}, agent, where, cfg, sandbox, not as_json)))
+        reports.append(
+            run_async(_vet_one(name, {}, agent or "smollm2", where, cfg, sandbox, not as_json))
+        )
     ranking = rank(reports)
     page = write_html(ranking, reports, html or out_dir / "arena.html")
     (out_dir / "arena.json").write_text(
@@ -251,6 +278,13 @@ def arena_cmd(
     if as_json:
         typer.echo(json.dumps([r.model_dump(mode="json") for r in ranking], indent=2))
         return
+    _print_ranking(ranking)
+    out().print(f"wrote {page}")
+
+
+def _print_ranking(ranking: list[Any]) -> None:
+    from rich.table import Table
+
     table = Table(title="arena: environments ranked")
     for col in (
         "rank",
@@ -280,4 +314,45 @@ def arena_cmd(
             str(r.tasks),
         )
     out().print(table)
-    out().print(f"wrote {page}")
+
+
+def _arena_catalog(
+    sources_text: str,
+    agent: str,
+    cfg: Any,
+    out_dir: Path,
+    html: Path | None,
+    jobs: int,
+    resume: bool,
+    as_json: bool,
+) -> None:
+    """``arena --catalog``: find, vet what loaded (``jobs`` at a time), rank, write the page."""
+    from envlab.adapters.catalog import parse_sources
+    from envlab.cli.arena_catalog import reports_of, run_catalog, summary_lines
+    from envlab.cli.progress import CatalogProgress
+    from envlab.vet.arena import rank, write_html
+
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    sources = parse_sources(sources_text)
+    settings = {"agent": agent, "tasks": cfg.tasks, "samples": cfg.samples}
+
+    async def vet(found: Any, where: Path) -> Any:
+        return await _vet_one(found.name, {}, agent, where, cfg, None, False)
+
+    with CatalogProgress(enabled=not as_json) as bar:
+        arena = run_async(
+            run_catalog(sources, out_dir, vet, settings=settings, jobs=jobs, resume=resume,
+                        progress=bar)
+        )  # fmt: skip
+    reports = reports_of(arena)
+    ranking = rank(reports)
+    unvetted = [(e.name, e.status, e.reason) for e in arena.entries if e.status != "vetted"]
+    page = write_html(ranking, reports, html or out_dir / "arena.html", unvetted)
+    if as_json:
+        typer.echo(arena.model_dump_json(indent=2))
+        return
+    _print_ranking(ranking)
+    for line in summary_lines(arena):
+        out().print(line)
+    out().print(f"wrote {out_dir / 'arena.json'} and {page}")

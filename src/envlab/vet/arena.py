@@ -55,10 +55,16 @@ details{margin:4px 0}pre{white-space:pre-wrap;background:#f8f8f8;padding:6px;max
 """
 
 
-def write_html(ranking: list[Ranked], reports: list[EnvVet], path: str | Path) -> Path:
+def write_html(
+    ranking: list[Ranked],
+    reports: list[EnvVet],
+    path: str | Path,
+    unvetted: list[tuple[str, str, str]] | None = None,
+) -> Path:
     """One self-contained page: the ranking, then every environment's checks per task. Tasks
     with a finding come first, their failing checks open; the tasks that pass are folded into
-    one ``<details>`` per environment."""
+    one ``<details>`` per environment. ``unvetted``: ``(name, status, reason)`` of the
+    environments a catalogue found but could not load or vet, each with its reason."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     e = html.escape
@@ -82,6 +88,16 @@ def write_html(ranking: list[Ranked], reports: list[EnvVet], path: str | Path) -
             + f"<td>{r.tasks}</td></tr>"
         )
     parts.append("</table>")
+    if unvetted:
+        parts.append(
+            f"<h2>{len(unvetted)} environment(s) not vetted</h2><table><tr><th>environment"
+            "</th><th>status</th><th>why</th></tr>"
+            + "".join(
+                f"<tr><td>{e(n)}</td><td>{e(s)}</td><td>{e(why)}</td></tr>"
+                for n, s, why in unvetted
+            )
+            + "</table>"
+        )
     for r in ranking:
         parts += _env_section(r.rank, by_id[(r.env_id, r.env_hash)])
     path.write_text("\n".join(parts))

@@ -1,0 +1,187 @@
+"""``envlab arena --catalog rg,gym,ta,...``: vet every environment a catalogue finds, in
+parallel, resumably, into one ``arena.json`` and ``arena.html``.
+
+Each environment gets a bounded number of tasks (``--tasks``, the first of its default split:
+what vet can see on them is what it reports; a flaw only on later tasks is missed, and a
+statistical check has less power on few tasks). Environments run ``--jobs`` at a time; each
+finished one is written at once, so a killed arena loses only the ones in flight, and
+``--resume`` vets only what is missing. An environment that did not load, or whose vetting
+failed, is a row with its reason, never left out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from envlab.adapters.catalog import Found, find
+from envlab.core import ConfigError
+from envlab.vet.model import EnvVet
+
+ARENA_FILE = "arena.json"
+
+
+class ArenaEntry(BaseModel):
+    """One environment of the catalogue, as the arena saw it."""
+
+    name: str
+    source: str
+    status: Literal["vetted", "not_loaded", "vet_failed"]
+    reason: str = ""
+    env_hash: str | None = None
+    verdict_counts: dict[str, int] = Field(default_factory=dict)
+    quality_score: float | None = None
+    clean: bool | None = None
+    tasks: int = 0
+    episodes: int = 0
+    infra_errors: int = 0
+    elapsed_s: float = 0.0
+    cost_per_episode_s: float | None = None
+    findings: list[str] = Field(default_factory=list)
+    """One line per task whose verdict is not ok: the task, its verdict and the failing check."""
+    vet_dir: str | None = None
+
+
+class Arena(BaseModel):
+    """``arena.json`` of a catalogue run."""
+
+    sources: list[str]
+    settings: dict[str, object]
+    started_at: float
+    wall_s: float = 0.0
+    entries: list[ArenaEntry] = Field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        out = {"found": len(self.entries)}
+        for e in self.entries:
+            out[e.status] = out.get(e.status, 0) + 1
+        return out
+
+
+def entry_of(found: Found, rep: EnvVet, vet_dir: Path) -> ArenaEntry:
+    findings = []
+    for t in rep.tasks:
+        if t.verdict != "ok":
+            failing = [f"{c.name}: {c.summary}" for c in t.checks if c.status == "fail"]
+            findings.append(f"{t.task_id}: {t.verdict} ({'; '.join(failing)[:300]})")
+    return ArenaEntry(
+        name=found.name,
+        source=found.source,
+        status="vetted",
+        env_hash=rep.env_hash,
+        verdict_counts=dict(rep.verdict_counts),
+        quality_score=rep.quality_score,
+        clean=rep.clean,
+        tasks=len(rep.tasks),
+        episodes=rep.episodes,
+        infra_errors=rep.infra_errors,
+        elapsed_s=round(rep.elapsed_s, 2),
+        cost_per_episode_s=round(rep.elapsed_s / rep.episodes, 4) if rep.episodes else None,
+        findings=findings[:50],
+        vet_dir=str(vet_dir),
+    )
+
+
+def _load(path: Path, resume: bool, sources: list[str], settings: dict[str, object]) -> Arena:
+    if path.exists() and not resume:
+        raise ConfigError(
+            f"{path} already holds an arena. Pass --resume to finish it, or choose another --out."
+        )
+    if not path.exists():
+        return Arena(sources=sources, settings=settings, started_at=time.time())
+    try:
+        arena = Arena.model_validate_json(path.read_bytes())
+    except ValueError as e:
+        raise ConfigError(f"cannot resume {path}: it is not an arena ({e})") from None
+    if arena.sources != sources or arena.settings != settings:
+        raise ConfigError(
+            f"cannot resume {path}: it was run with --catalog {','.join(arena.sources)} and "
+            f"{arena.settings}; resume with the same, or use another --out"
+        )
+    arena.entries = [e for e in arena.entries if e.status != "vet_failed"]  # tried again
+    return arena
+
+
+def _write(arena: Arena, path: Path) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(arena.model_dump_json(indent=2))
+    tmp.replace(path)
+
+
+async def run_catalog(
+    sources: list[str],
+    out_dir: Path,
+    vet: object,
+    *,
+    settings: dict[str, object],
+    jobs: int,
+    resume: bool,
+    progress: object | None = None,
+) -> Arena:
+    """Find, then vet every loaded environment not vetted yet (``vet(found, dir)`` returns its
+    ``EnvVet``), ``jobs`` at a time; ``arena.json`` is rewritten after each one."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / ARENA_FILE
+    arena = _load(path, resume, sources, settings)
+    t0 = time.perf_counter() - arena.wall_s
+    done = {e.name for e in arena.entries}
+    found = [f for f in find(sources) if f.name not in done]
+    for f in found:
+        if not f.loaded:
+            arena.entries.append(
+                ArenaEntry(name=f.name, source=f.source, status="not_loaded", reason=f.reason)
+            )
+    _write(arena, path)
+    todo = [f for f in found if f.loaded]
+    if progress is not None:
+        progress.start(len(todo))  # type: ignore[attr-defined]
+    gate = asyncio.Semaphore(jobs)
+
+    async def one(f: Found) -> None:
+        async with gate:
+            where = out_dir / "envs" / f.name.replace(":", "--").replace("/", "_")
+            try:
+                rep = await vet(f, where)  # type: ignore[operator]
+                entry = entry_of(f, rep, where)
+            except Exception as e:  # the vetting itself failed: a row saying why
+                why = f"{type(e).__name__}: {str(e).strip()[:400]}"
+                entry = ArenaEntry(name=f.name, source=f.source, status="vet_failed", reason=why)
+            arena.entries.append(entry)
+            arena.wall_s = round(time.perf_counter() - t0, 1)
+            _write(arena, path)
+            if progress is not None:
+                progress.done(entry)  # type: ignore[attr-defined]
+
+    await asyncio.gather(*(one(f) for f in todo))
+    arena.wall_s = round(time.perf_counter() - t0, 1)
+    _write(arena, path)
+    return arena
+
+
+def reports_of(arena: Arena) -> list[EnvVet]:
+    """The ``vet.json`` of every vetted environment (for the ranking and the page)."""
+    from envlab.vet.runner import VET_FILE
+
+    out = []
+    for e in arena.entries:
+        if e.status == "vetted" and e.vet_dir:
+            out.append(EnvVet.model_validate_json((Path(e.vet_dir) / VET_FILE).read_bytes()))
+    return out
+
+
+def summary_lines(arena: Arena) -> list[str]:
+    c = arena.counts()
+    verdicts: dict[str, int] = {}
+    for e in arena.entries:
+        for k, v in e.verdict_counts.items():
+            verdicts[k] = verdicts.get(k, 0) + v
+    return [
+        f"found {c['found']}, loaded {c['found'] - c.get('not_loaded', 0)}, vetted "
+        f"{c.get('vetted', 0)}, vet failed {c.get('vet_failed', 0)}, in {arena.wall_s:.0f}s",
+        "task verdicts: " + json.dumps(verdicts, sort_keys=True),
+    ]
