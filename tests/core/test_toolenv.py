@@ -203,3 +203,19 @@ async def test_refusing_a_call_too_deep_to_copy_logs_it_without_arguments() -> N
     res = env.refuse_call(ToolCall("repeat", "{}"), "d", "rate limited")
     assert res.is_error and res.content == "Error: rate limited"
     assert env.tool_log[-1] == {"name": "repeat", "error": "rate limited"}
+
+
+async def test_an_episode_may_offer_only_some_of_its_tools() -> None:
+    class Narrow(EchoEpisode):
+        async def on_reset(self, task: Any, seed: Any) -> None:
+            self.offered_tools = frozenset({"repeat"})
+
+    spec = echo_with(Narrow)
+    env = spec.new_episode()
+    await env.reset(spec.tasks()[0])
+    assert [t.name for t in env.tools] == ["repeat"]
+    res = await env.step(Action(tool_calls=[ToolCall("wait", {"seconds": 0})]))
+    (result,) = res.observation.tool_results
+    assert result.is_error and "unknown tool 'wait'. Available tools: repeat" in result.content
+    res = await env.step(Action(tool_calls=[ToolCall("repeat", {"text": "a"})]))
+    assert res.observation.tool_results[0].content == "a"

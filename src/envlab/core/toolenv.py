@@ -116,6 +116,9 @@ class ToolEnv(Environment):
     rubric: ClassVar[Rubric]
     _tool_specs: ClassVar[dict[str, ToolSpec]] = {}
     interceptor: ToolInterceptor | None = None
+    offered_tools: frozenset[str] | None = None
+    """Per-episode tools: set it in ``on_reset`` to offer this episode only these of the class's
+    ``@tool`` methods (the agent sees only them; a call of another is an unknown tool)."""
     episode_limits: Limits | None = None
     """The episode's limits, set by the engine before ``reset`` (the user's overrides over the
     task's); without them the spec's own (``spec.limits(task)``) bound the tool calls."""
@@ -156,7 +159,12 @@ class ToolEnv(Environment):
     # --- the contract -------------------------------------------------------------------------
     @property
     def tools(self) -> list[ToolSpec]:
-        return list(self._tool_specs.values())
+        return list(self._offered().values())
+
+    def _offered(self) -> dict[str, ToolSpec]:
+        if self.offered_tools is None:
+            return self._tool_specs
+        return {n: s for n, s in self._tool_specs.items() if n in self.offered_tools}
 
     async def reset(self, task: Task, seed: int | None = None) -> Observation:
         if self.task is not None:
@@ -218,11 +226,12 @@ class ToolEnv(Environment):
     async def run_tool(self, call: ToolCall, default_id: str = "") -> ToolResult:
         """Run the tool ``call`` names, with its arguments checked against the schema."""
         call_id = call.id or default_id
-        spec = self._tool_specs.get(call.name)
+        offered = self._offered()
+        spec = offered.get(call.name)
         sent: dict[str, Any] | None = None
         try:
             if spec is None:
-                known = ", ".join(self._tool_specs) or "(none)"
+                known = ", ".join(offered) or "(none)"
                 raise ToolCallError(f"unknown tool '{call.name}'. Available tools: {known}")
             kwargs = spec.parse_arguments(call.arguments)
             # the record holds what was sent, even if the tool edits it
