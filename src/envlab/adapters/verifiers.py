@@ -250,7 +250,8 @@ def installed_tasksets() -> list[str]:
     for dist in importlib.metadata.distributions():
         requires = dist.requires or []
         name = dist.metadata["Name"] or ""
-        if name.lower() != "verifiers" and any(r.lower().startswith("verifiers") for r in requires):
+        hard = [r for r in requires if "extra ==" not in r.replace("extra==", "extra ==")]
+        if name.lower() != "verifiers" and any(r.lower().startswith("verifiers") for r in hard):
             ids.add(name)
     return sorted(ids)
 

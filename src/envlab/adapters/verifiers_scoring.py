@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from pydantic import ValidationError
+
 from envlab.core import ConfigError, GraderFailed
 
 MIN_VERSION = "0.4"
@@ -49,6 +51,14 @@ def load_vf_env(taskset_id: str, taskset_args: dict[str, Any]) -> Any:
     try:
         config = vf.resolve_env_config({"taskset": {"id": taskset_id, **taskset_args}})
         return vf.load_environment(config)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()
+        )
+        raise ConfigError(
+            f"verifiers environment {taskset_id!r} needs configuration ({problems}): pass its "
+            "taskset's fields as taskset_args={...}"
+        ) from None
     except ModuleNotFoundError as e:
         raise ConfigError(
             f"verifiers has no environment {taskset_id!r}: {e}. Install the taskset package "
