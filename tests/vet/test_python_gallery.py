@@ -12,7 +12,7 @@ from envlab.core import Component, ConfigError, EnvSpec, Rubric
 from envlab.runs import TrajectoryStore
 from envlab.vet.model import EnvVet
 from envlab.vet.runner import VetConfig, vet_environment
-from tests.vet.python_gallery import clean, flawed
+from tests.vet.python_gallery import clean, flawed, leaks
 
 
 async def vet(spec: EnvSpec, tmp_path: Path) -> EnvVet:
@@ -37,14 +37,14 @@ async def test_every_task_of_a_clean_environment_is_ok(spec: EnvSpec, tmp_path: 
 
 
 FLAWS = [  # spec, check, verdict, words the evidence must hold
-    (flawed.SchemaLeakEnv(where="default"), "answer_leak", "quarantine",
+    (leaks.SchemaLeakEnv(where="default"), "answer_leak", "quarantine",
      ["tool check_spelling: parameter word", "default"]),
-    (flawed.SchemaLeakEnv(where="enum"), "answer_leak", "quarantine",
+    (leaks.SchemaLeakEnv(where="enum"), "answer_leak", "quarantine",
      ["tool check_spelling: parameter word", "enum"]),
-    (flawed.SchemaLeakEnv(where="description"), "answer_leak", "quarantine",
+    (leaks.SchemaLeakEnv(where="description"), "answer_leak", "quarantine",
      ["tool check_spelling: description", "labelled"]),
-    (flawed.SystemLeakEnv(), "answer_leak", "quarantine", ["system prompt"]),
-    (flawed.ToolResultLeakEnv(), "answer_leak", "quarantine", ["result of save_note", "expected"]),
+    (leaks.SystemLeakEnv(), "answer_leak", "quarantine", ["system prompt"]),
+    (leaks.ToolResultLeakEnv(), "answer_leak", "quarantine", ["result of save_note", "expected"]),
     (flawed.ToolUseEnv(), "paid_by_actions", "quarantine", ["actions_", "multiply("]),
     (flawed.StatusFieldEnv(), "paid_by_actions", "quarantine",
      ["write:set_status.status=closed", "set_status("]),
@@ -70,7 +70,7 @@ async def test_every_planted_flaw_gets_its_verdict(
 
 
 async def test_a_leak_is_confirmed_by_a_copy_that_passes(tmp_path: Path) -> None:
-    report = await vet(flawed.ToolResultLeakEnv(), tmp_path)
+    report = await vet(leaks.ToolResultLeakEnv(), tmp_path)
     check = next(c for c in report.tasks[0].checks if c.name == "answer_leak")
     assert check.evidence["copy"][0]["passed"]
     hit = check.evidence["hits"][0]
