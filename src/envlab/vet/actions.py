@@ -261,14 +261,16 @@ def _tool_calls(t: Trajectory) -> list[tuple[str, str]]:
 def _did_the_task(ev: TaskEvidence, probe: str) -> bool:
     """Whether ``probe``'s credit on this task is not for actions alone: doing nothing passes
     it too, or the probe passed having made every call that changes state the reference
-    solution makes (the task is to do that write, and the blind probe happened to do it)."""
+    solution makes (the task is to do that write, and the blind probe happened to do it; where
+    no tool is marked as writing, as in a game whose tool calls are its moves: every call the
+    reference solution makes)."""
     if passes(ev, ["noop"]):
         return True
     if not passes(ev, [probe]):  # credit short of a pass is never the task done
         return False
     oracle = ev.by_probe.get("oracle", [])
-    writes = set(ev.write_tools)
-    wanted = {c for t in oracle[:1] for c in _tool_calls(t) if c[0] in writes}
+    writes = set(ev.write_tools)  # no tool marked as writing (a game's moves): every call
+    wanted = {c for t in oracle[:1] for c in _tool_calls(t) if not writes or c[0] in writes}
     if not wanted:
         return False
     return any(wanted <= set(_tool_calls(t)) for t in ev.by_probe.get(probe, []))

@@ -26,7 +26,9 @@ from envlab.core import (
     Status,
     Task,
     Trajectory,
+    validate_reward,
 )
+from envlab.core.rubric import reward_range_of
 from envlab.rollout import EpisodeHooks, PlannedEpisode, episode_ids, run_episodes
 from envlab.runs import TRAJECTORIES_FILE, TrajectoryStore, safe_name
 from envlab.vet import checks as C
@@ -291,6 +293,8 @@ class _Run:
         dest = self.out / "snapshots" / safe_name(task.id)
         runs = max(self.cfg.oracle_runs, 1)
 
+        meta = task.metadata
+
         async def regrade(env: Environment, reward: Reward | None) -> dict[str, Any]:
             info: dict[str, Any] = {}
             await asyncio.to_thread(shutil.rmtree, dest, True)
@@ -302,9 +306,10 @@ class _Run:
             again: list[float | None] = []
             errors: list[str] = []
             for _ in range(runs):
-                try:
+                try:  # judged as the engine judges the first grade: valid, and normalised
                     r = await env.regrade()
-                    again.append(r.total if r is not None else None)
+                    valid = None if r is None else validate_reward(r, reward_range_of(meta))
+                    again.append(valid.total if valid is not None else None)
                 except Exception as ex:  # a failed re-grade is evidence, not a crash of vet
                     again.append(None)
                     errors.append(f"{type(ex).__name__}: {ex}"[:500])
