@@ -30,6 +30,16 @@ SOURCES: dict[str, str] = {
 BUILTIN = ("arith", "calc", "triage", "tau-retail", "tau-airline")
 
 
+class CatalogEntry(BaseModel):
+    """What an adapter's ``catalog()`` says of one environment of its library (adapters add
+    their own fields: a game's players, the oracle's score)."""
+
+    name: str
+    loaded: bool
+    reason: str = ""
+    seconds: float = 0.0
+
+
 class Found(BaseModel):
     """One environment of the catalogue."""
 

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from envlab.adapters.catalog import CatalogEntry
 from envlab.adapters.gymnasium_families import FAMILIES, Family, family_of
 from envlab.adapters.gymnasium_search import Plan, best_plan
 from envlab.core import (
@@ -293,13 +294,6 @@ class GymTextEnv(EnvSpec):
 def gymnasium_env(name: str, **config: Any) -> GymTextEnv:
     """gymnasium toy-text environments as gym:ENV_ID (FrozenLake, Taxi, CliffWalking, Blackjack)."""
     return GymTextEnv(env_id=name.removeprefix(PREFIX), **config)
-
-
-class CatalogEntry(BaseModel):
-    name: str
-    loaded: bool
-    reason: str = ""
-    seconds: float = 0.0
 
 
 def catalog(tasks: int = 2) -> list[CatalogEntry]:

@@ -27,8 +27,9 @@ import time
 from types import ModuleType
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import ConfigDict, Field, create_model
 
+from envlab.adapters.catalog import CatalogEntry as BaseCatalogEntry
 from envlab.core import (
     Action,
     ConfigError,
@@ -290,14 +291,10 @@ class ReasoningGymEnv(EnvSpec):
         return TaskSet(tasks, seed=seed, name=self.name)
 
 
-class CatalogEntry(BaseModel):
-    """One environment of a catalogue: loaded (made, its first tasks generated, its oracle
-    scored by the source's own scorer), or not, with the reason."""
+class CatalogEntry(BaseCatalogEntry):
+    """One dataset: loaded (made, its first tasks generated, its oracle scored by the source's
+    own scorer), or not, with the reason."""
 
-    name: str
-    loaded: bool
-    reason: str = ""
-    seconds: float = 0.0
     oracle: float | None = None
     """The source's own score of the oracle answer on the first task (1.0 when it has one)."""
 

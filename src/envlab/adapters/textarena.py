@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from envlab.adapters.catalog import CatalogEntry as BaseCatalogEntry
 from envlab.adapters.textarena_game import GameRun, import_textarena
 from envlab.core import (
     Action,
@@ -223,12 +224,8 @@ def load_textarena_env(name: str, **kwargs: Any) -> TextArenaEnv:
     return TextArenaEnv(game=name.removeprefix(PREFIX), **kwargs)
 
 
-class CatalogEntry(BaseModel):
-    name: str
-    loaded: bool
+class CatalogEntry(BaseCatalogEntry):
     players: int | None = None
-    reason: str = ""
-    seconds: float = 0.0
 
 
 def catalog(include_variants: bool = False) -> list[CatalogEntry]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envlab.adapters.textarena import CatalogEntry
+from envlab.adapters.catalog import CatalogEntry
 from envlab.adapters.verifiers_scoring import (
     VfTranscript,
     import_verifiers,
