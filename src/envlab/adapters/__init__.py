@@ -1,1 +1,2 @@
-"""Adapters: environments from other libraries (reasoning-gym, TextArena, gymnasium, verifiers) as envlab specs."""
+"""Adapters: environments from other libraries (reasoning-gym, TextArena, gymnasium,
+verifiers) as envlab specs; ``adapters.catalog`` lists them."""
