@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from pathlib import Path
 
 import pytest
 
@@ -114,3 +115,22 @@ def test_errors_name_the_problem() -> None:
         load_env("gym:CartPole-v1")
     with pytest.raises(ConfigError, match="reward_schedule"):
         load_env("gym:FrozenLake-v1", variant={"reward_schedule": [1, -1, 0]})
+
+
+async def test_vet_runs_the_computed_oracle_and_pays_moves_that_are_the_task(
+    tmp_path: Path,
+) -> None:
+    """A game's tasks have no answer, but the adapter computes the best play: vet runs it as
+    the oracle, so a blind probe that happens to play the best move (Blackjack: stick on 20)
+    did the task, not a grader paid by actions (it was a false quarantine)."""
+    from envlab.envs import load_env
+    from envlab.vet.runner import VetConfig, vet_environment
+
+    cfg = VetConfig(oracle_runs=2, samples=2, group_size=2, concurrency=2, tasks=6)
+    report = await vet_environment(load_env("gym:Blackjack-v1"), out_dir=tmp_path, config=cfg)
+    assert report.verdict_counts["ok"] == 6, [
+        (t.task_id, t.verdict, [c.summary for c in t.checks if c.status == "fail"])
+        for t in report.tasks
+    ]
+    oracle = {c.status for t in report.tasks for c in t.checks if c.name == "oracle"}
+    assert oracle == {"pass"}

@@ -203,16 +203,20 @@ def plan_python_env(
     oracle_runs: int,
     spam: AgentFactory | None = None,
     extra: dict[str, AgentFactory] | None = None,
+    has_oracle: bool | None = None,
 ) -> list[Episode]:
     """Baselines (an empty final answer; with ``spam``, every read tool on every id found,
     all of it repeated to the user), the reference answer, and the trivial strategies: every
     constant answer (one shared agent per constant) and the echoed prompt; then the ``extra``
     probes by name (the wider strategies and the action probes). A task without an
-    answer (a remote envlab server sends none) has no oracle runs: its oracle check is n/a."""
+    answer (a remote envlab server sends none) has no oracle runs, unless ``has_oracle`` says
+    the environment computes a reference solution for it (a game's best play)."""
     episodes = [Episode(task, "noop", NOOP)]
     if spam is not None:
         episodes.append(Episode(task, "spam", spam))
-    if task.answer is not None:  # no reference (a remote server keeps its answers): check n/a
+    if has_oracle is None:
+        has_oracle = task.answer is not None
+    if has_oracle:  # no reference (a remote server keeps its answers): check n/a
         episodes += [Episode(task, "oracle", ORACLE, i, regrade=i == 0) for i in range(oracle_runs)]
     episodes += [Episode(task, f"constant_{c}", agent) for c, agent in constants.items()]
     episodes.append(Episode(task, "echo_prompt", ECHO_PROMPT))

@@ -66,6 +66,15 @@ async def env_view(spec: EnvSpec, tasks: list[Task]) -> EnvView:
     return view
 
 
+def _plays_an_oracle(spec: EnvSpec, task: Task) -> bool:
+    """Whether the environment has a reference solution for a task that has no answer (a
+    game whose best play it computes); a remote server, which keeps its answers, has none."""
+    try:
+        return bool(spec.new_episode().oracle_actions(task))
+    except Exception:  # it needs its episode reset first, or has none: no oracle runs
+        return False
+
+
 @dataclass(slots=True)
 class PythonProbes:
     view: EnvView
@@ -92,8 +101,9 @@ async def run_python_probes(
     for t in tasks:
         extra = {**wider, **action_agents(view.tools, limits[t.id].max_steps)}
         first += plan_python_env(
-            t, constants, oracle_runs=oracle_runs, spam=spam.get(t.id), extra=extra
-        )
+            t, constants, oracle_runs=oracle_runs, spam=spam.get(t.id), extra=extra,
+            has_oracle=t.answer is not None or _plays_an_oracle(spec, t),
+        )  # fmt: skip
     await run(first, evidence)
     found = PythonProbes(view, scan_surfaces(tasks, evidence), identical_pairs(tasks, evidence))
     second = [Episode(t, COPY_PROBE, copy_agent(found.leaks.hits[t.id]))
