@@ -34,3 +34,15 @@ def test_prime_factorization_scorer_crashes_on_a_non_numeric_answer() -> None:
     ds = rg.create_dataset("prime_factorization", seed=0, size=2)
     with pytest.raises(ValueError):
         ds.score_answer("certainly not this 123", ds[0])
+
+
+@pytest.mark.parametrize("dataset", ["countdown", "fraction_simplification", "puzzle24"])
+def test_an_empty_answer_earns_credit(dataset: str) -> None:
+    """What the arena reports as ``noop`` on these datasets (doing nothing scores above 0),
+    reproduced with reasoning-gym alone: its scorer pays a small credit for no answer at all,
+    so an agent that says nothing is paid, and a group that fails together is not flat at 0."""
+    import reasoning_gym
+
+    ds = reasoning_gym.create_dataset(dataset, seed=0, size=5)
+    paid = [ds.score_answer(None, entry) for entry in ds]
+    assert all(p > 0 for p in paid), paid
