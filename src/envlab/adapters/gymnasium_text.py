@@ -39,7 +39,6 @@ from envlab.core import (
     ToolCall,
     ToolEnv,
 )
-from envlab.core.rubric import Component
 from envlab.core.tools import tool
 
 PREFIX = "gym:"
@@ -76,14 +75,10 @@ class GymConfig(BaseModel):
     )
 
 
-def _unused(ctx: Any) -> float:  # never called: GymEpisode.score grades
-    raise NotImplementedError
-
-
 class GymEpisode(ToolEnv):
     """One seeded episode of a toy-text environment, played with the ``act`` tool."""
 
-    rubric = Rubric([Component("return", _unused, description="the episode's own return")])
+    rubric = Rubric()  # graded by score(), as task folders are: no rubric components
     spec: GymTextEnv
 
     def __init__(self, spec: GymTextEnv | None = None) -> None:

@@ -42,7 +42,6 @@ from envlab.core import (
     TaskSet,
     ToolEnv,
 )
-from envlab.core.rubric import Component
 from envlab.core.spec import canonical_json
 
 PREFIX = "rg:"
@@ -147,15 +146,11 @@ def reference_answer(entry: dict[str, Any]) -> str | None:
     return answer
 
 
-def _score(ctx: Any) -> float:  # never called: ReasoningGymEpisode.score grades
-    raise NotImplementedError
-
-
 class ReasoningGymEpisode(ToolEnv):
     """One entry of a reasoning-gym dataset, answered in one reply; graded by the dataset's
     own ``score_answer`` on the reply's last ``<answer>`` block."""
 
-    rubric = Rubric([Component("score_answer", _score, description="dataset.score_answer")])
+    rubric = Rubric()  # graded by score(), as task folders are: no rubric components
     spec: ReasoningGymEnv
 
     def system_prompt(self) -> str:
