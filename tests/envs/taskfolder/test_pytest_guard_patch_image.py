@@ -77,3 +77,42 @@ def test_an_honest_solution_scores_1_and_a_wrong_one_0_in_an_image(
     assert not isinstance(right, Exception) and right.total == 1.0, repr(right)
     wrong = episode(path, planting(WRONG))
     assert not isinstance(wrong, Exception) and wrong.total == 0.0, repr(wrong)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_served_a_patched_pytest_scores_0_and_an_honest_solution_1(
+    tiny_base: str, tmp_path: Path, mode: str
+) -> None:
+    """The grade made by envlab's server (OpenEnv's wire, a real uvicorn on 127.0.0.1): the
+    client's agent plants a module that patches pytest through the served tools; the server's
+    guard taints the grade and the client reads a failed grade (0), never a pass."""
+    import asyncio
+    import os
+
+    pytest.importorskip("uvicorn")
+    from envlab.agents import load_agent
+    from envlab.envs import load_env
+    from envlab.envs.taskfolder import TerminalEnv
+    from envlab.rollout import PlannedEpisode, episode_ids, run_episodes
+    from envlab.serve.server import ServerThread
+
+    path = guarded_task(tmp_path / "tasks", mode)
+    patcher, solver = tmp_path / "patcher.sh", tmp_path / "solver.sh"
+    patcher.write_text("#!/bin/bash\n" + planting(WRONG, PATCHES["function_runtest"]))
+    solver.write_text("#!/bin/bash\n" + planting(RIGHT))
+    os.environ["ENVLAB_IMAGES"], old = "auto", os.environ.get("ENVLAB_IMAGES", "off")
+    try:
+        with ServerThread(TerminalEnv(path, images="auto")) as srv:
+            spec = load_env(f"ws://{srv.host}:{srv.port}")
+            t = spec.tasks()[0]
+            agents = [load_agent(f"shell:{patcher}"), load_agent(f"shell:{solver}")]
+            plan = [
+                PlannedEpisode(t, 0, episode_ids(spec.name, spec.seed_hash(), t.id, i, 0), a)
+                for i, a in enumerate(agents)
+            ]
+            patched, solved = asyncio.run(run_episodes(spec, plan, concurrency=1))
+    finally:
+        os.environ["ENVLAB_IMAGES"] = old
+    assert patched.status.value == "ok" and patched.reward == 0.0, (patched.status, patched.reward)
+    assert patched.grader_failed is not None and "changed pytest" in patched.grader_failed
+    assert solved.status.value == "ok" and solved.reward == 1.0, (solved.status, solved.error)
