@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from envlab.cli.console import out, run_async
-from envlab.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from envlab.vet.model import EnvVet
@@ -251,6 +250,7 @@ def arena_cmd(
 ) -> None:
     """Vet several environments and rank them: environments, not models."""
     from envlab.cli.run_dirs import default_out_dir
+    from envlab.core.errors import ConfigError
     from envlab.runs import safe_name
     from envlab.vet.arena import rank, write_html
 
@@ -330,6 +330,7 @@ def _arena_catalog(
     from envlab.adapters.catalog import parse_sources
     from envlab.cli.arena_catalog import reports_of, run_catalog, summary_lines
     from envlab.cli.progress import CatalogProgress
+    from envlab.core.errors import ConfigError
     from envlab.vet.arena import rank, write_html
 
     if jobs < 1:

@@ -61,7 +61,11 @@ class Registry:
                 ) from e
         if ":" in name:
             return import_path(name, self.kind)
-        known = ", ".join(self.names()) or "(none installed)"
+        names = self.names()
+        known = ", ".join(n for n in names if not n.endswith(":*")) or "(none installed)"
+        families = [n for n in names if n.endswith(":*")]
+        if families:
+            known += f"; families, each name one of its items: {', '.join(families)}"
         raise NotFoundError(
             f"unknown {self.kind} {name!r}. Known {self.kind}s: {known}. "
             f"Or give an import path such as 'mypkg.mymodule:make_{self.kind}'."
