@@ -104,3 +104,58 @@ def test_the_command_writes_the_json_and_the_page(tmp_path: Path) -> None:
     page = (out / "arena.html").read_text()
     assert all(name in page for name in BUILTIN)
     assert "found 5, loaded 5, vetted 5" in r.stdout
+
+
+HANGS = """
+import os, subprocess
+from envlab.core import EnvSpec, Task, TaskSet, ToolEnv
+
+
+class Hangs(ToolEnv):
+    async def on_reset(self, task, seed):
+        child = subprocess.Popen(["sleep", "600"])  # a helper process it leaves behind
+        with open(os.environ["HANGS_PID_FILE"], "w") as f:
+            f.write(str(child.pid))
+        while True:  # a puzzle generator that never finds its puzzle, on the event loop
+            pass
+
+
+class HangsEnv(EnvSpec):
+    id = "hangs"
+    environment = Hangs
+
+    def tasks(self, *, seed=0, n=None, split="test"):
+        return TaskSet([Task(id="t0", prompt="2+2?", answer="4", split=split)], name=self.id)
+"""
+
+
+def test_an_environment_that_never_finishes_is_stopped_with_its_children(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Third-party code runs in the vetting process: one that hangs (and leaves a child) is
+    killed with its process group at the budget and becomes a ``timed_out`` row; the arena
+    goes on with the next environment."""
+    from envlab.cli.arena_catalog import process_vet
+
+    (tmp_path / "hangs.py").write_text(HANGS)
+    pid_file = tmp_path / "pid"
+    monkeypatch.setenv("HANGS_PID_FILE", str(pid_file))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{Path.cwd() / 'src'}")
+    monkeypatch.chdir(tmp_path)
+    args = ["--agent", "none", "--samples", "2", "--oracle-runs", "1", "--tasks", "1"]
+    in_a_process = process_vet(args, timeout_s=15)
+
+    async def vet(found: Found, where: Path) -> Any:  # calc in-process: its time is not tested
+        return await (in_a_process if found.name.startswith("hangs") else real_vet)(found, where)
+
+    catalogue = [Found(name="hangs.py:HangsEnv", source="test", loaded=True),
+                 Found(name="calc", source="envlab", loaded=True)]  # fmt: skip
+    monkeypatch.setattr("envlab.cli.arena_catalog.find", lambda sources: catalogue)
+    arena = asyncio.run(run_catalog(["envlab"], tmp_path / "a", vet, settings={}, jobs=1,
+                                    resume=False))  # fmt: skip
+    rows = {e.name: e for e in arena.entries}
+    assert rows["hangs.py:HangsEnv"].status == "timed_out"
+    assert "--env-timeout" in rows["hangs.py:HangsEnv"].reason
+    assert rows["calc"].status == "vetted" and rows["calc"].tasks == 2  # CFG's tasks
+    stat = Path(f"/proc/{int(pid_file.read_text())}/stat")  # the helper died with the group
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")

@@ -7,13 +7,20 @@ statistical check has less power on few tasks). Environments run ``--jobs`` at a
 finished one is written at once, so a killed arena loses only the ones in flight, and
 ``--resume`` vets only what is missing. An environment that did not load, or whose vetting
 failed, is a row with its reason, never left out.
+
+Each environment is vetted in its own process (:func:`process_vet`), killed with its whole
+process group after ``--env-timeout`` seconds: third-party code runs there (a puzzle generator
+searching for minutes, a loop that never ends, a crash in a C extension), and one environment
+must not hold the arena or take it down. Such an environment is a ``timed_out`` row.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Literal
 
@@ -24,6 +31,11 @@ from envlab.core import ConfigError
 from envlab.vet.model import EnvVet
 
 ARENA_FILE = "arena.json"
+_STDERR_LIMIT = 64_000
+
+
+class VetTimedOut(Exception):
+    """The vetting of one environment ran past the arena's per-environment budget."""
 
 
 class ArenaEntry(BaseModel):
@@ -31,7 +43,7 @@ class ArenaEntry(BaseModel):
 
     name: str
     source: str
-    status: Literal["vetted", "not_loaded", "vet_failed"]
+    status: Literal["vetted", "not_loaded", "vet_failed", "timed_out"]
     reason: str = ""
     env_hash: str | None = None
     verdict_counts: dict[str, int] = Field(default_factory=dict)
@@ -104,6 +116,7 @@ def _load(path: Path, resume: bool, sources: list[str], settings: dict[str, obje
             f"{arena.settings}; resume with the same, or use another --out"
         )
     arena.entries = [e for e in arena.entries if e.status != "vet_failed"]  # tried again
+    # a timed_out row is kept: the same budget would stop it again (--env-timeout is a setting)
     return arena
 
 
@@ -148,6 +161,8 @@ async def run_catalog(
             try:
                 rep = await vet(f, where)  # type: ignore[operator]
                 entry = entry_of(f, rep, where)
+            except VetTimedOut as e:
+                entry = ArenaEntry(name=f.name, source=f.source, status="timed_out", reason=str(e))
             except Exception as e:  # the vetting itself failed: a row saying why
                 why = f"{type(e).__name__}: {str(e).strip()[:400]}"
                 entry = ArenaEntry(name=f.name, source=f.source, status="vet_failed", reason=why)
@@ -161,6 +176,32 @@ async def run_catalog(
     arena.wall_s = round(time.perf_counter() - t0, 1)
     _write(arena, path)
     return arena
+
+
+def process_vet(
+    vet_args: list[str], timeout_s: float
+) -> Callable[[Found, Path], Awaitable[EnvVet]]:
+    """A ``vet`` for :func:`run_catalog` that runs ``envlab vet NAME *vet_args --out DIR`` in
+    a process of its own and reads the ``vet.json`` it wrote; past ``timeout_s`` the process
+    group is killed and :class:`VetTimedOut` raised; a failed run raises with its stderr."""
+    from envlab.sandbox.process import run_process
+    from envlab.vet.runner import VET_FILE
+
+    async def vet(found: Found, where: Path) -> EnvVet:
+        argv = [sys.executable, "-m", "envlab", "vet", found.name, *vet_args, "--out", str(where),
+                "--json"]  # fmt: skip
+        res = await run_process(argv, timeout=timeout_s, output_limit=_STDERR_LIMIT)
+        if res.timed_out:
+            raise VetTimedOut(
+                f"vetting took longer than --env-timeout {timeout_s:g}s and was stopped; give "
+                "it more time (--env-timeout), or fewer tasks (--tasks), or vet it alone"
+            )
+        if res.returncode != 0:
+            tail = res.stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
+            raise RuntimeError(f"envlab vet exited with {res.returncode}: {' | '.join(tail)}")
+        return EnvVet.model_validate_json((where / VET_FILE).read_bytes())
+
+    return vet
 
 
 def reports_of(arena: Arena) -> list[EnvVet]:
@@ -182,6 +223,7 @@ def summary_lines(arena: Arena) -> list[str]:
             verdicts[k] = verdicts.get(k, 0) + v
     return [
         f"found {c['found']}, loaded {c['found'] - c.get('not_loaded', 0)}, vetted "
-        f"{c.get('vetted', 0)}, vet failed {c.get('vet_failed', 0)}, in {arena.wall_s:.0f}s",
+        f"{c.get('vetted', 0)}, vet failed {c.get('vet_failed', 0)}, timed out "
+        f"{c.get('timed_out', 0)}, in {arena.wall_s:.0f}s",
         "task verdicts: " + json.dumps(verdicts, sort_keys=True),
     ]

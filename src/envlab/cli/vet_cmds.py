@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
 
@@ -232,6 +232,12 @@ def arena_cmd(
     resume: Annotated[
         bool, typer.Option("--resume", help="Finish an interrupted --catalog arena in --out.")
     ] = False,
+    env_timeout: Annotated[
+        float,
+        typer.Option(
+            "--env-timeout", help="Seconds one environment's vetting may take (--catalog)."
+        ),
+    ] = 300.0,
     agent: Annotated[
         str | None,
         typer.Option("--agent", "-a", help="Trainability agent (none: skip; --catalog's default)."),
@@ -259,7 +265,8 @@ def arena_cmd(
         if envs:
             raise ConfigError("give environments or --catalog, not both")
         cfg = _config(samples, oracle_runs, group_size, concurrency, tasks or 8)
-        _arena_catalog(catalog, agent or "none", cfg, out_dir, html, jobs, resume, as_json)
+        run = CatalogRun(agent or "none", cfg, jobs, resume, env_timeout)
+        _arena_catalog(catalog, run, out_dir, html, as_json)
         return
     if not envs:
         raise ConfigError("name the environments to rank, or give --catalog SOURCES")
@@ -316,35 +323,45 @@ def _print_ranking(ranking: list[Any]) -> None:
     out().print(table)
 
 
+class CatalogRun(NamedTuple):
+    """How ``arena --catalog`` vets each environment."""
+
+    agent: str
+    cfg: Any
+    jobs: int
+    resume: bool
+    env_timeout: float
+
+    def vet_args(self) -> list[str]:
+        c = self.cfg
+        return ["--agent", self.agent, "--samples", str(c.samples), "--oracle-runs",
+                str(c.oracle_runs), "--group-size", str(c.group_size), "--concurrency",
+                str(c.concurrency), "--tasks", str(c.tasks)]  # fmt: skip
+
+
 def _arena_catalog(
-    sources_text: str,
-    agent: str,
-    cfg: Any,
-    out_dir: Path,
-    html: Path | None,
-    jobs: int,
-    resume: bool,
-    as_json: bool,
+    sources_text: str, run: CatalogRun, out_dir: Path, html: Path | None, as_json: bool
 ) -> None:
-    """``arena --catalog``: find, vet what loaded (``jobs`` at a time), rank, write the page."""
+    """``arena --catalog``: find, vet what loaded (``jobs`` at a time, each in a process of
+    its own), rank, write the page."""
     from envlab.adapters.catalog import parse_sources
-    from envlab.cli.arena_catalog import reports_of, run_catalog, summary_lines
+    from envlab.cli.arena_catalog import process_vet, reports_of, run_catalog, summary_lines
     from envlab.cli.progress import CatalogProgress
     from envlab.core.errors import ConfigError
     from envlab.vet.arena import rank, write_html
 
-    if jobs < 1:
-        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    if run.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {run.jobs}")
+    if run.env_timeout <= 0:
+        raise ConfigError(f"--env-timeout must be > 0 seconds, got {run.env_timeout:g}")
     sources = parse_sources(sources_text)
-    settings = {"agent": agent, "tasks": cfg.tasks, "samples": cfg.samples}
-
-    async def vet(found: Any, where: Path) -> Any:
-        return await _vet_one(found.name, {}, agent, where, cfg, None, False)
-
+    settings = {"agent": run.agent, "tasks": run.cfg.tasks, "samples": run.cfg.samples,
+                "env_timeout_s": run.env_timeout}  # fmt: skip
+    vet = process_vet(run.vet_args(), run.env_timeout)
     with CatalogProgress(enabled=not as_json) as bar:
         arena = run_async(
-            run_catalog(sources, out_dir, vet, settings=settings, jobs=jobs, resume=resume,
-                        progress=bar)
+            run_catalog(sources, out_dir, vet, settings=settings, jobs=run.jobs,
+                        resume=run.resume, progress=bar)
         )  # fmt: skip
     reports = reports_of(arena)
     ranking = rank(reports)
