@@ -143,3 +143,47 @@ def test_catalog_reports_every_game_loaded_or_with_its_reason() -> None:
     assert rows["ta:GuessTheNumber-v0"].loaded and rows["ta:GuessTheNumber-v0"].players == 1
     for r in rows.values():
         assert r.loaded or r.reason, r
+
+
+@pytest.mark.parametrize("game", ["KuhnPoker-v0", "ConnectFour-v0", "IteratedPrisonersDilemma-v0"])
+def test_the_opponent_plays_only_moves_the_game_accepts(game: str) -> None:
+    """The opponent tries each move on a copy of the game first: replayed through TextArena
+    alone, no opponent move is refused, and no game ends on the opponent's invalid move (a
+    forfeit that would be scored as the agent's win)."""
+    from envlab.adapters.textarena_game import GameRun, ScriptedOpponent, is_legal
+
+    for seed in range(3):
+        run, me = GameRun(game, seed, 2, 0), ScriptedOpponent(seed + 7)
+        new, full = run.start()
+        while not run.done and len(run.moves) < 40:  # the agent's seat plays legal moves too
+            new, full = run.move(next(m for m in me.candidates(new, full)
+                                      if is_legal(run.env, 0, m)))  # fmt: skip
+        direct = ta.make(game)
+        direct.reset(num_players=2, seed=seed)
+        for player, move in run.moves:
+            errors = direct.state.error_count
+            direct.step(action=move)
+            assert direct.state.error_count <= errors, (seed, player, move)
+        if run.done:
+            assert not direct.close()[1][1].get("invalid_move")
+
+
+async def test_an_opponent_with_no_legal_move_is_the_machinerys_failure() -> None:
+    """Breakthrough writes one example move ([a2a3], White's) and no list: the opponent finds
+    no legal move. The episode is ``env_error`` (excluded, counted), never the agent's win,
+    and the catalogue does not offer the game."""
+    from envlab.adapters.textarena import _try_game
+    from envlab.adapters.textarena_game import scripted_trial
+    from envlab.core import Status
+    from tests.support.envs import ScriptAgent
+    from tests.support.play import play
+
+    spec = TextArenaEnv(game="Breakthrough-v0-tiny")
+    t = await play(spec, ScriptAgent([Action(text="[a2a3]")] * 5))
+    assert t.status is Status.ENV_ERROR and t.reward is None, (t.status, t.reward)
+    assert t.error is not None and "envlab's scripted opponent" in t.error.message
+    why = scripted_trial("Breakthrough-v0-tiny")
+    assert why is not None and "cannot be played against envlab's scripted opponent" in why
+    entry = _try_game("Breakthrough-v0-tiny")
+    assert not entry.loaded and entry.reason == why
+    assert _try_game("KuhnPoker-v0").loaded

@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from envlab.adapters.catalog import CatalogEntry as BaseCatalogEntry
-from envlab.adapters.textarena_game import GameRun, import_textarena
+from envlab.adapters.textarena_game import GameRun, import_textarena, scripted_trial
 from envlab.core import (
     Action,
     ConfigError,
@@ -250,6 +250,10 @@ def _try_game(game: str) -> CatalogEntry:
     try:
         spec = TextArenaEnv(game=game)
         spec.tasks(n=1)
+        if spec.players == 2 and (why := scripted_trial(game)) is not None:
+            return CatalogEntry(
+                name=PREFIX + game, loaded=False, reason=why, seconds=time.perf_counter() - t
+            )
     except Exception as e:  # a game that needs a download, a corpus, an API key
         reason = " ".join(f"{type(e).__name__}: {e}".split())[:300]
         return CatalogEntry(
