@@ -3,20 +3,24 @@ environments, trainability with a real agent, and statistical adequacy."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from envlab.core import Task
 from envlab.envs.answers import answer_text
 from envlab.measure import is_pass
 from envlab.vet.checks import PASS_THRESHOLD, TOO_EASY, TOO_HARD, TaskEvidence, _scored, result
-from envlab.vet.leak import _token_re, is_trivial, normalize
+from envlab.vet.leak import LABEL_RE, _token_re, is_trivial, normalize
 from envlab.vet.model import CheckResult, EnvCheck
 from envlab.vet.trivial import trivial_strategies
 
 LEAK_ALPHA = 0.01
 """Significance of the one-sided test that answers appear in prompts more than by chance."""
 LEAK_MIN_RATE = 0.5
-"""A leak is systematic: at least this share of the distinctive answers is in their prompt."""
+"""A leak is systematic: at least this share of the distinctive answers is in their prompt,
+and its place is marked in at least this share of those prompts."""
+PLACE_CHARS = 12
+"""Characters of context on each side that mark an answer's place in its prompt."""
 
 
 @dataclass(slots=True)
@@ -30,13 +34,36 @@ def _in_prompt(answer: str, prompt: str) -> bool:
     return bool(answer) and bool(_token_re(normalize(answer)).search(normalize(prompt)))
 
 
-def python_env_findings(
-    tasks: list[Task], evidence: dict[str, TaskEvidence], strategies: list[str] | None = None
-) -> PythonFindings:
+def _places(answer: str, prompt: str) -> set[str]:
+    """Every place the answer stands in the prompt, as the text just before it (``<``) and
+    just after it (``>``, ``^``/``$`` at the ends), and ``label`` when its line labels it
+    (``answer:``, ``expected``)."""
+    hay, ndl = normalize(prompt), normalize(answer)
+    out: set[str] = set()
+    for m in _token_re(ndl).finditer(hay):
+        out.add("<" + (hay[max(0, m.start() - PLACE_CHARS) : m.start()] or "^"))
+        out.add(">" + (hay[m.end() : m.end() + PLACE_CHARS] or "$"))
+        line = hay[hay.rfind("\n", 0, m.start()) + 1 : m.end() + 80]
+        if LABEL_RE.search(line.replace(ndl, " ")):
+            out.add("label")
+    return out
+
+
+def findable(answers: list[str], prompts: list[str]) -> bool:
+    """Whether an agent could pick the answer out of its prompt without solving the task:
+    one of its places is marked in most prompts (the same text before or after it, or a
+    label). An answer that stands among the prompt's other content at a different place each
+    time (a needle in a haystack, an option among options) is what the task asks to find."""
+    counts: Counter[str] = Counter()
+    for a, p in zip(answers, prompts, strict=True):
+        counts.update(_places(a, p))
+    return bool(answers) and max(counts.values(), default=0) >= LEAK_MIN_RATE * len(answers)
+
+
+def answer_leak(tasks: list[Task]) -> tuple[EnvCheck, dict[str, CheckResult]]:
+    """Answers in their prompts: more often than other tasks' answers are, at a marked place."""
     from scipy import stats
 
-    f = PythonFindings()
-    # --- answer leak: answers in prompts, against the rate of other tasks' answers ----------
     answers = [answer_text(t.answer) for t in tasks]
     n = len(tasks)
     # only distinctive answers count: "0" or "12" in a prompt of numbers is a coincidence
@@ -44,14 +71,10 @@ def python_env_findings(
     hits = [
         d and _in_prompt(a, t.prompt) for d, a, t in zip(distinctive, answers, tasks, strict=True)
     ]
-    shifted = (
-        [
-            distinctive[(i + 1) % n] and _in_prompt(answers[(i + 1) % n], tasks[i].prompt)
-            for i in range(n)
-        ]
-        if n > 1
-        else [False] * n
-    )
+    shifted = [
+        n > 1 and distinctive[(i + 1) % n] and _in_prompt(answers[(i + 1) % n], tasks[i].prompt)
+        for i in range(n)
+    ]
     m = sum(distinctive)
     k, k0 = sum(hits), sum(shifted)
     p_value = (
@@ -59,41 +82,56 @@ def python_env_findings(
         if m
         else 1.0
     )
-    systematic = m > 0 and k / m >= LEAK_MIN_RATE and (p_value < LEAK_ALPHA or m < 10)
-    f.env_checks.append(
-        EnvCheck(
-            name="answer_leak",
-            status="fail" if systematic else "pass",
-            summary=(
-                f"distinctive answers appear in {k}/{m} prompts vs {k0}/{m} for other tasks' "
-                f"answers (one-sided Fisher p = {p_value:.2g})"
-            ),
-            evidence={
-                "hits": k,
-                "baseline_hits": k0,
-                "distinctive_answers": m,
-                "tasks": n,
-                "p_value": p_value,
-            },
-        )
+    hit_tasks = [(a, t.prompt) for a, t, h in zip(answers, tasks, hits, strict=True) if h]
+    marked = findable([a for a, _ in hit_tasks], [p for _, p in hit_tasks])
+    # few answers cannot reach significance: then only when no other task's answer is there
+    enough = p_value < LEAK_ALPHA or (m < 5 and k0 == 0)
+    systematic = m > 0 and k / m >= LEAK_MIN_RATE and enough and marked
+    env = EnvCheck(
+        name="answer_leak",
+        status="fail" if systematic else "pass",
+        summary=(
+            f"distinctive answers appear in {k}/{m} prompts vs {k0}/{m} for other tasks' "
+            f"answers (one-sided Fisher p = {p_value:.2g}), "
+            + ("at a marked place" if marked else "each at an unmarked place (to be found)")
+        ),
+        evidence={
+            "hits": k,
+            "baseline_hits": k0,
+            "distinctive_answers": m,
+            "tasks": n,
+            "p_value": p_value,
+            "marked_place": marked,
+        },
     )
+    per: dict[str, CheckResult] = {}
     for task, hit, ans in zip(tasks, hits, answers, strict=True):
         if hit and systematic:
-            f.leak[task.id] = result(
+            per[task.id] = result(
                 "answer_leak",
                 "fail",
                 "the prompt contains the answer",
                 hits=[{"where": "prompt", "needle": ans[:200], "match": "exact"}],
             )
         elif hit:
-            f.leak[task.id] = result(
+            per[task.id] = result(
                 "answer_leak",
                 "warn",
-                "the answer appears in the prompt, no more often than chance across tasks",
+                "the answer appears in the prompt, where the task asks to find it or no more "
+                "often than chance across tasks",
                 needle=ans[:200],
             )
         else:
-            f.leak[task.id] = result("answer_leak", "pass", "the answer is not in the prompt")
+            per[task.id] = result("answer_leak", "pass", "the answer is not in the prompt")
+    return env, per
+
+
+def python_env_findings(
+    tasks: list[Task], evidence: dict[str, TaskEvidence], strategies: list[str] | None = None
+) -> PythonFindings:
+    f = PythonFindings()
+    leak_env, f.leak = answer_leak(tasks)
+    f.env_checks.append(leak_env)
     trivial_env, f.trivial = trivial_strategies(tasks, evidence, strategies)
     f.env_checks.append(trivial_env)
     return f
