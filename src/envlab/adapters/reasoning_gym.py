@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 from pydantic import ConfigDict, Field, create_model
 
 from envlab.adapters.catalog import CatalogEntry as BaseCatalogEntry
+from envlab.adapters.isolated import grade_isolated
 from envlab.core import (
     Action,
     ConfigError,
@@ -172,12 +173,12 @@ class ReasoningGymEpisode(ToolEnv):
             raise GraderFailed("grade() before reset(): there is no episode to grade")
         entry = self.spec.entry(self.task)
         answer = self.extracted_answer()
-        value = self.spec.dataset_for(self.task).score_answer(answer, entry)
-        return Reward(
-            total=value,
-            components={"score_answer": value},
-            details={"extracted_answer": answer},
-        )
+        graded = grade_isolated(self.spec.dataset_for(self.task).score_answer, answer, entry)
+        value = 0.0 if graded.value is None else graded.value
+        details: dict[str, Any] = {"extracted_answer": answer}
+        if graded.refused:  # grading the answer failed: the agent's answer scores nothing
+            details["grading_failed"] = graded.refused
+        return Reward(total=value, components={"score_answer": value}, details=details)
 
     def state(self) -> dict[str, Any]:
         return {**super().state(), "extracted_answer": self.extracted_answer()}
