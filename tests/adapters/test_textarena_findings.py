@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import random
+import re
+
 import pytest
 
 ta = pytest.importorskip("textarena")
@@ -43,3 +47,88 @@ def test_guess_the_number_pays_a_constant_guess() -> None:
         scores.append(env.close()[0][0])
     assert all(0.0 <= s <= 1.0 for s in scores)
     assert sum(scores) / len(scores) > 0.3
+
+
+def _play_single(game: str, seed: int, move: object) -> tuple[object, dict]:
+    """One game, the same ``move`` (text, or a function of the first observation) every turn."""
+    env = ta.make(game)
+    env.reset(num_players=1, seed=seed)
+    first = env.get_observation()[1]
+    text = move(first) if callable(move) else move
+    done = False
+    while not done:
+        done, _ = env.step(action=text)
+    rewards, info = env.close()
+    return rewards[0], info[0]
+
+
+@pytest.mark.parametrize("game", ["Countdown-v0", "Cryptarithm-v0", "Slitherlink-v0",
+                                  "ThreeCardMonte-v0"])  # fmt: skip
+def test_an_invalid_move_gets_a_string_for_its_reward(game: str) -> None:
+    """These games call ``set_invalid_move(progress, reason)`` while TextArena's signature is
+    ``set_invalid_move(reason, reward)``: the reward of an invalid move is the message text.
+    (envlab scores it as the invalid move's forfeit, 0, and vet reports the defect.)"""
+    reward, info = _play_single(game, 0, "junk")
+    assert isinstance(reward, str) and info["invalid_move"]
+
+
+@pytest.mark.parametrize("game", ["2048-v0", "PegJump-v0", "RushHour-v0"])
+def test_an_invalid_first_move_still_earns_progress_credit(game: str) -> None:
+    """Doing nothing (an empty move, the game's invalid move) ends the game as a forfeit yet
+    pays the progress of the untouched start position (what vet reports as the no-op scoring
+    above 0): 2048 about 0.001, PegJump 0.071, RushHour 0.25 on most seeds."""
+    played = [_play_single(game, seed, "") for seed in range(6)]
+    assert all(info["invalid_move"] for _, info in played)
+    assert sum(isinstance(r, float) and r > 0 for r, _ in played) >= 4
+
+
+def test_mastermind_pays_partial_credit_for_repeating_its_example_guess() -> None:
+    """Echoing the first observation every turn submits the example guess the instructions
+    show, again and again; the game ends on turns and pays the pegs it happened to match."""
+    rewards = [_play_single("Mastermind-v0", seed, lambda first: first)[0] for seed in range(8)]
+    assert all(isinstance(r, float) for r in rewards)
+    assert sum(rewards) / len(rewards) > 0.2
+
+
+def _random_legal(env: object, rng: random.Random, text: str) -> str:
+    """A uniformly random move among the bracketed ones the text shows (each number in them
+    also tried as 0..9) that the game accepts, tried on a copy: a random legal player."""
+    shown = list(dict.fromkeys(re.findall(r"\[[^\[\]\n]{1,40}\]", text)))
+    varied = [m[: d.start()] + str(k) + m[d.end() :] for m in shown
+              for d in re.finditer(r"\d+", m) for k in range(10)]  # fmt: skip
+    moves = list(dict.fromkeys(shown + varied))
+    rng.shuffle(moves)
+    for move in moves:
+        trial = copy.deepcopy(env)
+        before = trial.state.error_count
+        trial.step(action=move)
+        st = trial.state
+        if not (st.done and st.game_info[1].get("invalid_move")) and st.error_count <= before:
+            return move
+    raise AssertionError("no legal move shown")
+
+
+def _echo_vs_random(game: str, seed: int) -> int:
+    """Player 0 sends its first observation as every move; player 1 plays random legal moves.
+    Returns player 0's reward (-1, 0 or 1)."""
+    env = ta.make(game)
+    env.reset(num_players=2, seed=seed)
+    rng, first, done, turns = random.Random(seed), env.get_observation()[1], False, 0
+    while not done and turns < 500:
+        pid, obs = env.get_observation()
+        state = random.getstate()
+        move = first if pid == 0 else _random_legal(env, rng, obs)
+        random.setstate(state)
+        done, _ = env.step(action=move)
+        turns += 1
+    assert done
+    return env.close()[0][0]
+
+
+@pytest.mark.parametrize(("game", "wins"), [("IteratedPrisonersDilemma-v0", 8)])
+def test_a_reply_with_every_option_wins_against_a_random_player(game: str, wins: int) -> None:
+    """The decision tokens are matched anywhere in the reply and ``[Defect]`` wins a reply that
+    holds both: echoing the instructions (which list both) defects every round and beats a
+    random player on every seed (vet: echo_prompt scores 1)."""
+    results = [_echo_vs_random(game, seed) for seed in range(8)]
+    assert sum(r == 1 for r in results) >= wins

@@ -79,6 +79,8 @@ class Graded:
     value: float | None
     refused: str = ""
     """Non-empty when the answer scored 0 because grading it failed (the agent's doing)."""
+    raised: bool = False
+    """The grader raised on the answer (a grader should score any text, not fail on it)."""
 
 
 def check_source(source: Any) -> None:
@@ -133,7 +135,7 @@ def _child(fn: Callable[..., Any], args: tuple[Any, ...], w: int) -> None:
         except MemoryError:
             msg = ("refused", "grading the answer ran out of memory")
         except BaseException as e:  # the answer made the grader fail: the agent's
-            msg = ("refused", f"the grader raised {type(e).__name__}: {str(e)[:300]}")
+            msg = ("raised", f"the grader raised {type(e).__name__}: {str(e)[:300]}")
         data = json.dumps(msg).encode()
         while data:
             data = data[os.write(w, data) :]
@@ -180,4 +182,4 @@ def grade_isolated(fn: Callable[..., Any], *args: Any) -> Graded:
         ) from None
     if kind == "ok" and isinstance(value, float):
         return Graded(value)
-    return Graded(None, str(value)[:400])
+    return Graded(None, str(value)[:400], raised=kind == "raised")

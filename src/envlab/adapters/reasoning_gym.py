@@ -178,6 +178,8 @@ class ReasoningGymEpisode(ToolEnv):
         details: dict[str, Any] = {"extracted_answer": answer}
         if graded.refused:  # grading the answer failed: the agent's answer scores nothing
             details["grading_failed"] = graded.refused
+        if graded.raised:
+            details["source_defect"] = f"score_answer failed on the answer: {graded.refused}"
         return Reward(total=value, components={"score_answer": value}, details=details)
 
     def state(self) -> dict[str, Any]:

@@ -139,6 +139,8 @@ class TextArenaEpisode(Environment):
             "invalid_move": out.game_info.get("invalid_move"),
         }
         details["raw_reward"] = out.reward
+        if out.defect:
+            details["source_defect"] = out.defect
         score = out.reward
         if self.game.num_players == 1 and score == -1.0:
             score = 0.0  # single-player: the invalid-move forfeit is a failure, scored 0

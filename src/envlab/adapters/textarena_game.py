@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from envlab.core import ConfigError
+from envlab.core import ConfigError, GraderFailed
 
 BRACKETED = re.compile(r"\[[^\[\]\n]{1,40}\]")
 """A move written TextArena's way (``[4]``, ``[e2e4]``, ``[up]``), as games list them."""
@@ -101,6 +101,8 @@ class Outcome:
     rewards: dict[int, float]
     game_info: dict[str, Any] = field(default_factory=dict)
     finished: bool = True
+    defect: str = ""
+    """What was wrong with the game's own result, when it gave one envlab had to mend."""
 
 
 def _as_text(observation: Any) -> str:
@@ -210,7 +212,16 @@ class GameRun:
         info = dict(info or {}).get(self.agent_player, info) or {}
         if raw is None:
             return Outcome(-1.0, rewards, {"reason": "the game gave the agent no reward"}, True)
-        return Outcome(float(raw), rewards, dict(info))
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            return Outcome(float(raw), rewards, dict(info))
+        if not info.get("invalid_move"):
+            raise GraderFailed(f"{self.game_id} ended with the reward {raw!r}, not a number")
+        defect = (  # Countdown, Cryptarithm, Slitherlink, ThreeCardMonte in TextArena 0.7.4
+            f"{self.game_id} gave the reward {str(raw)[:120]!r}, not a number, for the agent's "
+            "invalid move (set_invalid_move called with its arguments swapped): scored as the "
+            "invalid move's forfeit"
+        )
+        return Outcome(-1.0, rewards, dict(info), True, defect)
 
 
 def scripted_trial(game_id: str, seed: int = 0, max_moves: int = 60) -> str | None:

@@ -265,6 +265,13 @@ def _grader_error(t: Trajectory) -> str | None:
     return None
 
 
+def source_defect(t: Trajectory) -> str:
+    """What an adapter found wrong with its source's own grading of this episode (the grade
+    it gave is safe: the agent's answer scored as its failure), or ``""``."""
+    grade = t.info.get("grade")
+    return str(grade.get("source_defect") or "") if isinstance(grade, dict) else ""
+
+
 def check_verifier_health(ev: TaskEvidence) -> CheckResult:
     trajs = honest_trajectories(ev)
     graded = [t for t in trajs if t.status.scored]
@@ -284,6 +291,15 @@ def check_verifier_health(ev: TaskEvidence) -> CheckResult:
             "fail",
             "no episode could be graded",
             statuses=[t.status.value for t in trajs],
+        )
+    defects = [(p, d) for p, ts in ev.by_probe.items() for t in ts if (d := source_defect(t))]
+    if defects:
+        return result(
+            "verifier_health",
+            "fail",
+            f"the source's grader is defective (in {len(defects)} episodes, each scored as the "
+            f"agent's failure; {defects[0][0]}): {defects[0][1][:300]}",
+            defects=[f"{p}: {d[:300]}" for p, d in defects[:3]],
         )
     if ev.shared_verifier:
         return result(
