@@ -33,13 +33,14 @@ def test_bandit_pays_the_best_button_nothing_and_the_worst_the_most() -> None:
     assert worst == pytest.approx(max(truth.values()) - min(truth.values()))
 
 
-def test_guess_the_number_pays_a_constant_guess() -> None:
+@pytest.mark.parametrize("game", ["GuessTheNumber-v0", "GuessTheNumber-v0-hardcore"])
+def test_guess_the_number_pays_a_constant_guess(game: str) -> None:
     """GuessTheNumber-v0 scores a game lost on turns by the closeness of the last guess
     (``_get_percentage_completion``): guessing 1 every turn, never using the hints, earns a
     mean of about 0.37 over seeds (what envlab vet reports as a trivial strategy)."""
     scores = []
     for seed in range(40):
-        env = ta.make("GuessTheNumber-v0")
+        env = ta.make(game)
         env.reset(num_players=1, seed=seed)
         done = False
         while not done:
@@ -72,7 +73,13 @@ def test_an_invalid_move_gets_a_string_for_its_reward(game: str) -> None:
     assert isinstance(reward, str) and info["invalid_move"]
 
 
-@pytest.mark.parametrize("game", ["2048-v0", "PegJump-v0", "RushHour-v0"])
+V2048 = ["ultra-easy", "mega-easy", "super-easy", "very-easy", "easy", "hard", "very-hard",
+         "extreme", "3x3", "5x5", "6x6", "8x8", "10x10"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "game", ["2048-v0", *(f"2048-v0-{v}" for v in V2048), "PegJump-v0", "RushHour-v0"]
+)
 def test_an_invalid_first_move_still_earns_progress_credit(game: str) -> None:
     """Doing nothing (an empty move, the game's invalid move) ends the game as a forfeit yet
     pays the progress of the untouched start position (what vet reports as the no-op scoring
@@ -85,9 +92,10 @@ def test_an_invalid_first_move_still_earns_progress_credit(game: str) -> None:
 def test_mastermind_pays_partial_credit_for_repeating_its_example_guess() -> None:
     """Echoing the first observation every turn submits the example guess the instructions
     show, again and again; the game ends on turns and pays the pegs it happened to match."""
-    rewards = [_play_single("Mastermind-v0", seed, lambda first: first)[0] for seed in range(8)]
-    assert all(isinstance(r, float) for r in rewards)
-    assert sum(rewards) / len(rewards) > 0.2
+    for game in ("Mastermind-v0", "Mastermind-v0-hard"):
+        rewards = [_play_single(game, seed, lambda first: first)[0] for seed in range(8)]
+        assert all(isinstance(r, float) for r in rewards)
+        assert sum(rewards) / len(rewards) > 0.2
 
 
 def _random_legal(env: object, rng: random.Random, text: str) -> str:
@@ -108,27 +116,57 @@ def _random_legal(env: object, rng: random.Random, text: str) -> str:
     raise AssertionError("no legal move shown")
 
 
-def _echo_vs_random(game: str, seed: int) -> int:
-    """Player 0 sends its first observation as every move; player 1 plays random legal moves.
-    Returns player 0's reward (-1, 0 or 1)."""
+def _vs_random(game: str, seed: int, strategy: str) -> float:
+    """Player 0 sends its first observation as every move (``echo``) or nothing (``noop``);
+    player 1 plays random legal moves. Player 0's reward, scaled from [-1, 1] to [0, 1]."""
     env = ta.make(game)
     env.reset(num_players=2, seed=seed)
     rng, first, done, turns = random.Random(seed), env.get_observation()[1], False, 0
     while not done and turns < 500:
         pid, obs = env.get_observation()
         state = random.getstate()
-        move = first if pid == 0 else _random_legal(env, rng, obs)
+        mine = first if strategy == "echo" else ""
+        move = mine if pid == 0 else _random_legal(env, rng, obs)
         random.setstate(state)
         done, _ = env.step(action=move)
         turns += 1
     assert done
-    return env.close()[0][0]
+    return (env.close()[0][0] + 1) / 2
 
 
-@pytest.mark.parametrize(("game", "wins"), [("IteratedPrisonersDilemma-v0", 8)])
-def test_a_reply_with_every_option_wins_against_a_random_player(game: str, wins: int) -> None:
-    """The decision tokens are matched anywhere in the reply and ``[Defect]`` wins a reply that
-    holds both: echoing the instructions (which list both) defects every round and beats a
-    random player on every seed (vet: echo_prompt scores 1)."""
-    results = [_echo_vs_random(game, seed) for seed in range(8)]
-    assert sum(r == 1 for r in results) >= wins
+def test_a_reply_with_every_option_wins_against_a_random_player() -> None:
+    """IteratedPrisonersDilemma matches the decision token anywhere in the reply and
+    ``[Defect]`` wins a reply that holds both: echoing the instructions (which list both)
+    defects every round and beats a random player on every seed (vet: echo_prompt scores 1)."""
+    assert [_vs_random("IteratedPrisonersDilemma-v0", s, "echo") for s in range(8)] == [1.0] * 8
+
+
+ECHO_BEATS_NOOP = [
+    "ConnectFour-v0-large",
+    *(f"MemoryGame-v0{v}" for v in ("", "-medium", "-hard")),
+    "IteratedUltimatumGame-v0",
+    *(f"Snake-v0{v}" for v in ("", "-standard", "-large")),
+    *(f"Surround-v0{v}" for v in ("", "-standard", "-large")),
+    "SimpleNegotiation-v0",
+    "SimpleBlindAuction-v0",
+]
+NOOP_SCORES = ["SimpleBlindAuction-v0", "SimpleNegotiation-v0", "TruthAndDeception-v0"]
+
+
+@pytest.mark.parametrize("game", ECHO_BEATS_NOOP)
+def test_repeating_the_instructions_beats_doing_nothing_against_a_random_player(game: str) -> None:
+    """What vet reports as ``trivial`` (echo_prompt) on these two-player games, against a
+    random legal opponent: sending the first observation back as every move (its first
+    bracketed move, again and again) earns at least 2 points more over 8 seeds than doing
+    nothing. True of the game as offered with a random opponent; a stronger one would not
+    lose to it."""
+    echo = sum(_vs_random(game, s, "echo") for s in range(8))
+    noop = sum(_vs_random(game, s, "noop") for s in range(8))
+    assert echo >= noop + 2, (echo, noop)
+
+
+@pytest.mark.parametrize("game", NOOP_SCORES)
+def test_doing_nothing_scores_against_a_random_player(game: str) -> None:
+    """Saying nothing is a legal move in these games (a message, a silent deceiver, no bid):
+    against a random opponent it draws or wins on some seeds (vet: noop scores above 0)."""
+    assert sum(_vs_random(game, s, "noop") for s in range(8)) > 0
