@@ -157,12 +157,12 @@ NOOP_SCORES = ["SimpleBlindAuction-v0", "SimpleNegotiation-v0", "TruthAndDecepti
 def test_repeating_the_instructions_beats_doing_nothing_against_a_random_player(game: str) -> None:
     """What vet reports as ``trivial`` (echo_prompt) on these two-player games, against a
     random legal opponent: sending the first observation back as every move (its first
-    bracketed move, again and again) earns at least 2 points more over 8 seeds than doing
+    bracketed move, again and again) earns at least 1 point more over 8 seeds than doing
     nothing. True of the game as offered with a random opponent; a stronger one would not
     lose to it."""
     echo = sum(_vs_random(game, s, "echo") for s in range(8))
     noop = sum(_vs_random(game, s, "noop") for s in range(8))
-    assert echo >= noop + 2, (echo, noop)
+    assert echo >= noop + 1, (echo, noop)
 
 
 @pytest.mark.parametrize("game", NOOP_SCORES)
