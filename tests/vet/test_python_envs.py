@@ -86,3 +86,26 @@ async def test_a_second_vet_on_the_same_out_dir_is_refused_and_loses_nothing(
         assert (out / "trajectories.jsonl").exists(), "the other writer's file is not deleted"
     finally:
         holder.close()
+
+
+async def test_a_task_whose_best_play_cannot_pass_is_declared_not_broken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """triage draws each ticket's outcome: on task 1 the Bayes action (the best any policy can
+    do) misses it and scores 0.25. The task declares that (``reference_reward``): the oracle
+    check warns instead of calling the task broken; a declaration the oracle does not meet
+    fails it, so a false one cannot hide a broken reference."""
+    cfg = VetConfig(oracle_runs=2, samples=2, group_size=2, concurrency=2, tasks=2)
+    rep = await vet_environment(load_env("triage"), out_dir=tmp_path / "a", config=cfg)
+    [task1] = [t for t in rep.tasks if t.task_id.endswith("00001")]
+    oracle = next(c for c in task1.checks if c.name == "oracle")
+    assert oracle.status == "warn" and "declared 0.25" in oracle.summary and task1.verdict == "ok"
+
+    import envlab.envs.triage as triage
+
+    real = triage.realized_reward
+    monkeypatch.setattr(triage, "realized_reward", lambda task, option: real(task, option) / 2)
+    rep = await vet_environment(load_env("triage"), out_dir=tmp_path / "b", config=cfg)
+    [task1] = [t for t in rep.tasks if t.task_id.endswith("00001")]
+    oracle = next(c for c in task1.checks if c.name == "oracle")
+    assert oracle.status == "fail" and task1.verdict == "broken"

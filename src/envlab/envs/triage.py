@@ -346,13 +346,16 @@ class TriageEnv(EnvSpec):
             "outcome": outcome,
             "posterior": dict(zip(OPTIONS, p, strict=True)),
         }
-        return Task(
+        task = Task(
             id=f"triage-{split}-{seed}-{i:05d}",
             prompt=render_prompt(ticket),
             answer=answer,
             metadata={"options": list(OPTIONS)},
             split=split,
         )
+        # what the oracle's Bayes action scores against the drawn outcome, for vet's oracle check
+        task.metadata["reference_reward"] = realized_reward(task, bayes_action(task))
+        return task
 
     def _compute_hash(self) -> str:
         """The classes' source and config, plus both modules' whole source: a change to a

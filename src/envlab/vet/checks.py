@@ -142,6 +142,9 @@ def check_oracle(ev: TaskEvidence) -> CheckResult:
         return result(
             "oracle", "fail", "no oracle run could be graded", rewards=rewards, statuses=statuses
         )
+    declared = ev.task.metadata.get("reference_reward")
+    if isinstance(declared, (int, float)) and passed < len(trajs):
+        return _declared_reference(float(declared), trajs, rewards, statuses)
     if passed < len(trajs):
         return result(
             "oracle",
@@ -152,6 +155,31 @@ def check_oracle(ev: TaskEvidence) -> CheckResult:
             errors=[t.error.describe() for t in trajs if t.error][:3],
         )
     return result("oracle", "pass", f"passed {passed}/{len(trajs)} fresh runs", rewards=rewards)
+
+
+def _declared_reference(
+    declared: float, trajs: list[Trajectory], rewards: list[float | None], statuses: list[str]
+) -> CheckResult:
+    """A task whose best play cannot pass by design (``metadata["reference_reward"]``: an
+    expected-cost task whose drawn outcome the best action misses): the reference must score
+    exactly that, every run; a ``warn``, never a pass, so that a low declaration is seen."""
+    same = sum(t.reward is not None and abs(t.reward - declared) < 1e-9 for t in trajs)
+    if same < len(trajs):
+        return result(
+            "oracle",
+            "fail",
+            f"the reference solution scored its declared {declared:g} in {same}/{len(trajs)} "
+            "fresh runs",
+            rewards=rewards,
+            statuses=statuses,
+        )
+    return result(
+        "oracle",
+        "warn",
+        f"the reference solution scored its declared {declared:g} in {same}/{len(trajs)} runs: "
+        "below a pass by design (the best play misses this task's drawn outcome)",
+        rewards=rewards,
+    )
 
 
 def check_regrade(ev: TaskEvidence) -> CheckResult:
