@@ -1,7 +1,9 @@
-"""The real embedded model (SmolLM2-135M, GGUF, llama.cpp) acting in ``calc``.
+"""The real embedded model (SmolLM2-135M, GGUF) acting in ``calc``, on each installed engine.
 
-The model is loaded once per test session; the in-process agent and the HTTP server share it.
-Generation is kept short (64 tokens a turn, 4 turns), so this file takes well under a minute.
+Every test runs once per local engine (llama.cpp, torch; ``conftest.ENGINES``, a missing one
+skipped). The model is loaded once per test session and engine; the in-process agent and the
+HTTP server share it. Generation is kept short (64 tokens a turn, 4 turns): on llama.cpp this
+file takes well under a minute, on torch (float32 on the CPU, ~10x slower) a few minutes.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ from envlab.agents.model_agents import EmbeddedApp, openai, smollm2
 from envlab.core import AgentFactory, Limits, Trajectory
 from envlab.envs.calc import CalcEnv
 from envlab.models.client import OpenAICompatModel
-from envlab.models.llamacpp import LlamaCppEngine, shared_engine
+from envlab.models.engine import Engine
+from envlab.models.local import ENGINE_ENV
 from envlab.models.server import BackgroundServer, create_app, free_port
-from envlab.models.weights import SMOLLM2_MODEL_ID, smollm2_path
+from envlab.models.weights import SMOLLM2_MODEL_ID
 from envlab.models.wire import ChatMessage, ChatRequest, ChatResponse
 from envlab.rollout import EpisodeConfig, rollout
 from envlab.runs import TrajectoryStore
 from tests.conftest import subprocess_env
+from tests.models.conftest import ENGINES
 
 SHORT = {"max_tokens": 64, "max_turns": 4, "temperature": 0.3, "max_time_s": 3600.0}
 """Short generations; no time limit that a slow, busy machine could reach (pytest's timeout
@@ -37,13 +41,7 @@ ADD_TOOL = CalcEnv().new_episode().tools[0].to_openai()
 
 
 @pytest.fixture(scope="session")
-def engine() -> LlamaCppEngine:
-    # the same key as the in-process agent's, so both use this one loaded model
-    return shared_engine(smollm2_path(), model_id=SMOLLM2_MODEL_ID)
-
-
-@pytest.fixture(scope="session")
-def server(engine: LlamaCppEngine):
+def server(engine: Engine):
     with BackgroundServer(create_app(engine, served_name="smollm2")) as srv:
         yield srv
 
@@ -84,11 +82,15 @@ def check_episodes(trajs: list[Trajectory]) -> None:
         assert all(lp <= 0.0 for lp in v.logprobs) and 1 in v.loss_mask
 
 
-async def test_in_process_agent_acts_in_calc(engine: LlamaCppEngine, tmp_path: Path) -> None:
+async def test_in_process_agent_acts_in_calc(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENGINE_ENV, engine.backend)
     agent = smollm2(**SHORT)
     trajs = await run_calc(agent, tmp_path / "run")
     check_episodes(trajs)
     run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert (engine.backend == "torch") == run["agent"]["endpoint"].endswith("(torch engine)")
     assert run["agent"]["weights_hash"] == engine.weights_hash
     assert run["agent"]["model_id"] == SMOLLM2_MODEL_ID
     assert run["agent"]["harness"] == "tool-calling/native"
@@ -173,18 +175,20 @@ def _serve_model_argv(port: int) -> list[str]:
     return [sys.executable, "-c", code, "--port", str(port)]
 
 
-async def test_serve_model_command_serves_an_episode(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ENGINES)
+async def test_serve_model_command_serves_an_episode(tmp_path: Path, backend: str) -> None:
     port = free_port()
     proc = subprocess.Popen(
         [*_serve_model_argv(port), "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=subprocess_env(),
+        env={**subprocess_env(), ENGINE_ENV: backend},
         text=True,
     )
     try:
         details = json.loads(proc.stdout.readline() if proc.stdout else "{}")
         assert details["url"] == f"http://127.0.0.1:{port}/v1" and details["model"] == "smollm2"
+        assert details["engine"] == backend
         while True:  # until it answers or dies; pytest's timeout guards a hang
             try:
                 httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).raise_for_status()
@@ -213,11 +217,11 @@ async def until(condition: Callable[[], bool], unless: asyncio.Task[Any]) -> Non
         await asyncio.sleep(0.02)
 
 
-async def test_cancelled_request_stops_the_generation_in_process(engine: LlamaCppEngine) -> None:
+async def test_cancelled_request_stops_the_generation_in_process(engine: Engine) -> None:
     """A request cancelled mid-generation (as a step timeout does) stops at the next token and
     frees the engine: the engine reports it ``cancelled``, far short of the 3000 tokens it would
     otherwise have produced (``ignore_eos``: the model cannot end the turn by itself)."""
-    transport = httpx.ASGITransport(app=EmbeddedApp.shared())
+    transport = httpx.ASGITransport(app=EmbeddedApp.shared(backend=engine.backend))
     async with OpenAICompatModel("smollm2", "http://x/v1", transport=transport) as model:
         request = asyncio.create_task(
             model.chat(COUNT, max_tokens=3000, temperature=0, ignore_eos=True)
@@ -234,7 +238,7 @@ async def test_cancelled_request_stops_the_generation_in_process(engine: LlamaCp
     assert 3 <= len(cancelled.ids) < 3000
 
 
-async def test_the_engine_honours_max_tokens_and_stop(engine: LlamaCppEngine) -> None:
+async def test_the_engine_honours_max_tokens_and_stop(engine: Engine) -> None:
     """Limits as the engine reports them in token counts, whatever the model would write."""
     msgs = [ChatMessage(**m) for m in COUNT]
 

@@ -1,4 +1,5 @@
-"""Without the extra envlab[local], the embedded model is a ConfigError that names the install.
+"""Without a local engine (the extra envlab[local], or torch's packages), the embedded model is a
+ConfigError that names the installs; without llama.cpp alone, it runs on torch.
 
 Each check runs in a fresh interpreter where the extra's modules cannot be imported (``None`` in
 ``sys.modules`` is how the import system blocks a module), through the real CLI and imports.
@@ -8,6 +9,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+
+import pytest
+
+from tests.models.conftest import installed
 
 BLOCK = "import sys\nfor m in {mods!r}:\n    sys.modules[m] = None\n"
 LOCAL = ("llama_cpp", "fastapi", "uvicorn")
@@ -73,3 +78,42 @@ def test_smollm2_agent_without_extra_fails_before_any_episode() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("CONFIG") and "envlab[local]" in proc.stdout
+
+
+@pytest.mark.skipif(not installed("torch"), reason="the torch engine is missing")
+def test_without_llama_cpp_the_smollm2_agent_runs_on_torch() -> None:
+    proc = _run(
+        "import os\nos.environ.pop('ENVLAB_ENGINE', None)\n"
+        "from envlab.agents.model_agents import smollm2\n"
+        "print('ENDPOINT', smollm2().spec.endpoint)\n",
+        ("llama_cpp",),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("(torch engine)")
+
+
+def test_without_any_engine_the_error_names_both_installs() -> None:
+    proc = _run(
+        "import os\nos.environ.pop('ENVLAB_ENGINE', None)\n"
+        "from envlab.core import ConfigError\n"
+        "from envlab.agents.model_agents import smollm2\n"
+        "try:\n    smollm2()\n"
+        "except ConfigError as e:\n    print('CONFIG', e)\n",
+        ("llama_cpp", "torch", "transformers"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("CONFIG") and "envlab[local]" in proc.stdout
+    assert "pip install 'envlab[serve]' jinja2 gguf transformers torch" in proc.stdout
+
+
+def test_a_chosen_engine_that_is_missing_is_named() -> None:
+    proc = _run(
+        "import os\nos.environ['ENVLAB_ENGINE'] = 'torch'\n"
+        "from envlab.core import ConfigError\n"
+        "from envlab.agents.model_agents import smollm2\n"
+        "try:\n    smollm2()\n"
+        "except ConfigError as e:\n    print('CONFIG', e)\n",
+        ("torch",),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("CONFIG") and "missing: torch" in proc.stdout

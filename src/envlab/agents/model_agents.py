@@ -5,7 +5,9 @@ Both return a ``ModelAgentFactory``: each episode's agent is a ``ToolCallingHarn
 kept-alive connections, TLS set up once or, for ``http://``, not at all); ``aclose()`` closes
 it when the run ends. ``smollm2`` sends its requests to the very app that ``envlab
 serve-model`` serves, through ``httpx.ASGITransport`` instead of a socket: the same client,
-the same routes, the same engine code as a remote endpoint.
+the same routes, the same engine code as a remote endpoint. Which library runs the embedded
+model (llama.cpp, or torch where it cannot be built) is ``models.local.engine_backend``'s
+choice, fixed when the agent is made.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from envlab.models.http import ModelHTTP
 
 SMOLLM2_NAME = "smollm2"
 IN_PROCESS_URL = "http://in-process.envlab/v1"
+IN_PROCESS_ENDPOINT = "in-process: the envlab serve-model app over ASGI"
 
 
 class EmbeddedApp:
@@ -38,31 +41,37 @@ class EmbeddedApp:
     weights nor waiting in that queue is on an episode's clock (``core.clock``).
     """
 
-    _instances: ClassVar[dict[tuple[int, int | None], EmbeddedApp]] = {}
+    _instances: ClassVar[dict[tuple[str, int, int | None], EmbeddedApp]] = {}
     _guard: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, n_ctx: int, n_threads: int | None) -> None:
-        self.n_ctx, self.n_threads = n_ctx, n_threads
+    def __init__(self, backend: str, n_ctx: int, n_threads: int | None) -> None:
+        self.backend, self.n_ctx, self.n_threads = backend, n_ctx, n_threads
         self._app: Any = None
         self._load_lock = threading.Lock()
 
     @classmethod
-    def shared(cls, n_ctx: int = 4096, n_threads: int | None = None) -> EmbeddedApp:
+    def shared(
+        cls, n_ctx: int = 4096, n_threads: int | None = None, backend: str | None = None
+    ) -> EmbeddedApp:
+        """``backend``: the engine's (default: ``engine_backend()``, from ``$ENVLAB_ENGINE``)."""
+        from envlab.models.local import engine_backend
+
         with cls._guard:
-            key = (n_ctx, n_threads)
+            key = (backend or engine_backend(), n_ctx, n_threads)
             if key not in cls._instances:
-                cls._instances[key] = cls(n_ctx, n_threads)
+                cls._instances[key] = cls(*key)
             return cls._instances[key]
 
     def load(self) -> Any:
         with self._load_lock:
             if self._app is None:
-                from envlab.models.llamacpp import shared_engine
+                from envlab.models.local import shared_engine
                 from envlab.models.server import create_app
                 from envlab.models.weights import SMOLLM2_MODEL_ID, smollm2_path
 
                 engine = shared_engine(
                     smollm2_path(),
+                    backend=self.backend,
                     model_id=SMOLLM2_MODEL_ID,
                     n_ctx=self.n_ctx,
                     n_threads=self.n_threads,
@@ -160,14 +169,17 @@ def smollm2(
     n_ctx: int = 4096,
     n_threads: int | None = None,
 ) -> ModelAgentFactory:
-    """SmolLM2-135M-Instruct (embedded GGUF, llama.cpp), in this process, with tools."""
-    from envlab.models.llamacpp import require_local
+    """SmolLM2-135M-Instruct (embedded GGUF; llama.cpp, else torch) in this process, with tools."""
+    from envlab.models.local import require_local
 
     require_local("--agent smollm2")  # a missing extra is the user's setup, not the agent's failure
     from envlab.models.weights import SMOLLM2_MODEL_ID, file_sha256, smollm2_path
 
     weights = file_sha256(smollm2_path())
     app = EmbeddedApp.shared(n_ctx, n_threads)
+    endpoint = IN_PROCESS_ENDPOINT  # llama.cpp's, as before the torch engine: its runs resume
+    if app.backend != "llamacpp":
+        endpoint += f" ({app.backend} engine)"
     sampling = Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
     retry = RetryPolicy(max_retries=1)
 
@@ -193,7 +205,7 @@ def smollm2(
         client,
         agent_name=SMOLLM2_NAME,
         model_id=SMOLLM2_MODEL_ID,
-        endpoint="in-process: the envlab serve-model app over ASGI",
+        endpoint=endpoint,
         weights_hash=weights,
         limits=_limits(max_turns, max_episode_tokens, max_time_s),
         settings=HarnessSettings(

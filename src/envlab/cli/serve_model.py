@@ -37,10 +37,13 @@ def serve_model_cmd(
 ) -> None:
     """Serve a local model at http://HOST:PORT/v1 (/models, /chat/completions with tools).
 
+    llama.cpp runs it, or torch where llama-cpp-python is not installed; ENVLAB_ENGINE=llamacpp
+    or ENVLAB_ENGINE=torch chooses.
+
     Agents reach it with --agent openai:NAME@http://HOST:PORT/v1. Responses carry the prompt and
     completion token ids and, with logprobs=true, per-token logprobs.
     """
-    from envlab.models.llamacpp import LlamaCppEngine, require_local
+    from envlab.models.local import new_engine, require_local
 
     require_local("envlab serve-model")  # before loading anything: say how to install the extra
     from envlab.models.server import serve
@@ -50,13 +53,14 @@ def serve_model_cmd(
         path, served, model_id = smollm2_path(), name or "smollm2", SMOLLM2_MODEL_ID
     else:
         path, served, model_id = model, name or model.stem, model.stem
-    engine = LlamaCppEngine(path, model_id=model_id, n_ctx=n_ctx, n_threads=threads)
+    engine = new_engine(path, model_id=model_id, n_ctx=n_ctx, n_threads=threads)
     url = f"http://{host}:{port}/v1"
     details = {
         "url": url,
         "model": served,
         "model_id": model_id,
         "path": str(path),
+        "engine": engine.backend,
         "weights_hash": engine.weights_hash,
         "n_ctx": engine.n_ctx,
         "threads": engine.n_threads,
@@ -67,7 +71,7 @@ def serve_model_cmd(
     else:
         err().print(
             f"serving [bold]{served}[/] ({path.name}, {engine.weights_hash[:19]}…) at {url} "
-            f"(loaded in {engine.load_s:.2f}s, {engine.n_threads} threads)\n"
+            f"(loaded by {engine.backend} in {engine.load_s:.2f}s, {engine.n_threads} threads)\n"
             f"use it with: envlab eval calc --agent openai:{served}@{url}"
         )
     if host not in ("127.0.0.1", "localhost", "::1"):

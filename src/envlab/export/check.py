@@ -8,8 +8,9 @@ turn and the first position that differs.
 
 Renderers (``renderer_for``):
 
-- ``embedded``: envlab's own engine (SmolLM2 GGUF, llama.cpp): its chat template plus the Hermes
-  tool rewriting and the ``tool_choice`` prefill, as ``envlab serve-model`` renders a request;
+- ``embedded``: envlab's own engine (SmolLM2 GGUF, llama.cpp or torch: the file's tokenizer
+  either way): its chat template plus the Hermes tool rewriting and the ``tool_choice``
+  prefill, as ``envlab serve-model`` renders a request;
 - a tokenizer directory (transformers, ``local_files_only``): ``apply_chat_template(messages,
   tools=..., add_generation_prompt=True)`` then ``encode(add_special_tokens=False)``, as vLLM and
   SGLang render a chat request.
@@ -107,7 +108,7 @@ def renderer_for(run: RunDir, tokenizer: str | None) -> Renderer:
         )
     if tokenizer not in (None, "embedded"):
         return TokenizerRenderer.load(tokenizer)
-    from envlab.models.llamacpp import shared_engine
+    from envlab.models.local import shared_engine
     from envlab.models.weights import smollm2_path
 
     engine = shared_engine(smollm2_path(), model_id=SMOLLM2_MODEL_ID)

@@ -1,7 +1,7 @@
 """Models: an OpenAI-compatible client, the local GGUF engine and the server around it.
 
-``envlab.models`` imports only httpx and pydantic; the engine (llama-cpp-python) and the server
-(FastAPI, uvicorn) are imported when first used.
+``envlab.models`` imports only httpx and pydantic; the engine (llama-cpp-python, or torch and
+transformers: ``models.local``) and the server (FastAPI, uvicorn) are imported when first used.
 """
 
 from envlab.models.client import (

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import anyio.to_thread
 
 from envlab.core import ConfigError, not_agent_time
-from envlab.models.llamacpp import local_extra_error
+from envlab.models.local import local_extra_error
 
 try:
     from fastapi import FastAPI, Request
