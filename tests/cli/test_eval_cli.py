@@ -125,3 +125,22 @@ def test_a_missing_file_says_where_it_looked(tmp_path: Path) -> None:
     r = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=subprocess_env(),
                        timeout=120)  # fmt: skip
     assert r.returncode == 2 and "nothere.py" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_fail_under_and_strict_exit_1_for_ci(tmp_path: Path) -> None:
+    """eval exits 1 when the mean is below --fail-under; vet --strict when a task is not ok."""
+    ok = envlab("eval", "calc", "--agent", "oracle", "--tasks", "2", "--fail-under", "1",
+                "--out", str(tmp_path / "a"))  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    low = envlab("eval", "calc", "--agent", "oracle", "--tasks", "2", "--max-steps", "1",
+                 "--fail-under", "0.5", "--out", str(tmp_path / "b"))  # fmt: skip
+    assert low.returncode == 1 and "below --fail-under 0.5" in low.stderr
+    flawed = "tests.vet.python_gallery.flawed:DuplicateTasksEnv"
+    args = ["--agent", "none", "--samples", "2", "--oracle-runs", "1", "--json"]
+    loose = envlab("vet", flawed, *args, "--out", str(tmp_path / "v1"))
+    assert loose.returncode == 0, loose.stderr
+    assert json.loads(loose.stdout)["verdict_counts"]["broken"] > 0
+    strict = envlab("vet", flawed, *args, "--strict", "--out", str(tmp_path / "v2"))
+    assert strict.returncode == 1 and "--strict: broken" in strict.stderr
+    clean = envlab("vet", "calc", *args, "--tasks", "3", "--strict", "--out", str(tmp_path / "v3"))
+    assert clean.returncode == 0, clean.stderr

@@ -223,6 +223,14 @@ def eval_cmd(
         ),
     ] = None,
     model_failures: ModelFailuresOption = "agent",
+    fail_under: Annotated[
+        float | None,
+        typer.Option(
+            "--fail-under",
+            metavar="REWARD",
+            help="Exit 1 when the mean reward is below REWARD (for CI: an oracle that must pass).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="Hide the progress bar.")
@@ -276,4 +284,9 @@ def eval_cmd(
     else:
         print_evaluation(ev, env)
     if ev.nothing_scored or ev.every_model_failed:
+        raise typer.Exit(1)
+    mean = ev.summary.mean_reward
+    if fail_under is not None and (mean is None or mean < fail_under):
+        shown = "none" if mean is None else f"{mean:.3f}"
+        typer.echo(f"mean reward {shown} is below --fail-under {fail_under:g}", err=True)
         raise typer.Exit(1)

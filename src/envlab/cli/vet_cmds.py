@@ -115,6 +115,9 @@ def vet_cmd(
     perturb: Annotated[
         str | None, typer.Option("--perturb", metavar="NAME=VALUE,...", help=_PERTURB_HELP)
     ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 1 when any task's verdict is not ok (for CI).")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print vet.json.")] = False,
 ) -> None:
     """Vet ENV: catch leaking, hackable, broken, trivial and dead tasks; write vet.json."""
@@ -129,8 +132,13 @@ def vet_cmd(
     )
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
-        return
-    print_report(report, out_dir)
+    else:
+        print_report(report, out_dir)
+    flagged = {k: v for k, v in report.verdict_counts.items() if k != "ok" and v}
+    if strict and flagged:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(flagged.items()))
+        typer.echo(f"--strict: {counts} of {len(report.tasks)} tasks are not ok", err=True)
+        raise typer.Exit(1)
 
 
 def print_report(report, out_dir: Path) -> None:  # type: ignore[no-untyped-def]
