@@ -103,7 +103,7 @@ def test_without_any_engine_the_error_names_both_installs() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("CONFIG") and "envlab[local]" in proc.stdout
-    assert "pip install 'envlab[serve]' jinja2 gguf transformers torch" in proc.stdout
+    assert "pip install 'envlab[embedded]'" in proc.stdout
 
 
 def test_a_chosen_engine_that_is_missing_is_named() -> None:

@@ -39,7 +39,7 @@ LOCAL_INSTALL_HINT = (
     "(builds llama-cpp-python from source: needs a C/C++ compiler and cmake)"
 )
 TORCH_INSTALL_HINT = (
-    "pip install 'envlab[serve]' jinja2 gguf transformers torch "
+    "pip install 'envlab[embedded]' "
     "(torch's CPU wheels: --extra-index-url https://download.pytorch.org/whl/cpu)"
 )
 
