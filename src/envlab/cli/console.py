@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 from collections.abc import Coroutine
 from functools import cache
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -55,8 +56,24 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
+def _warning_line(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: object = None,
+    line: str | None = None,
+) -> None:
+    """A Python warning as one line on stderr (``warning: ...``), not its source line."""
+    from rich.markup import escape
+
+    err().print(f"[yellow]warning:[/] {escape(str(message))}", soft_wrap=True)
+
+
 def run_app(typer_app: typer.Typer) -> None:
-    """Run ``typer_app``: an ``EnvlabError`` is one line on stderr (exit 2), never a traceback."""
+    """Run ``typer_app``: an ``EnvlabError`` is one line on stderr (exit 2), never a traceback;
+    a Python warning is one line too."""
+    warnings.showwarning = _warning_line
     logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[LazyRichHandler()])
     # what is built before the episodes start (bases, image layers) is progress users see
     logging.getLogger("envlab.prepare").setLevel(logging.INFO)
