@@ -6,7 +6,10 @@ feed it from ``run_episodes(..., on_trajectory=...)``.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -28,13 +31,19 @@ if TYPE_CHECKING:
     from envlab.rollout import PlannedEpisode
 
 
+LOG_EVERY_S = 30.0
+"""When stderr is not a terminal (a CI log, ``| tee``), a progress line at least this often."""
+
+
 class RunProgress:
     """Episodes done, the pass rate over scored episodes, and a count of every non-ok status.
 
     A ``RunObserver``: ``started(total, existing)`` once (a resumed run's earlier episodes
     count), ``finished(record)`` per episode. Use it as a context manager around the run: the
     bar appears when the episodes start (not while an environment loads) and goes at the end;
-    with ``enabled=False`` it only counts.
+    with ``enabled=False`` it only counts. When stderr is not a terminal, a bar cannot redraw:
+    one line is written when the episodes start and then at least every ``LOG_EVERY_S``
+    seconds (a line per finished episode at most that often, and a heartbeat between).
     """
 
     def __init__(
@@ -64,6 +73,13 @@ class RunProgress:
         )
         self._task = self._progress.add_task(description, total=None, stats="")
         self._live = False
+        self.description = description
+        self.console = console or err()
+        self.log_lines = enabled and not self.console.is_terminal
+        self.clock: Callable[[], float] = time.monotonic
+        self._t0 = self._last_line = 0.0
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
 
     # --- RunObserver --------------------------------------------------------------------------
     def started(self, total: int, existing: list[EpisodeRecord]) -> None:
@@ -77,6 +93,25 @@ class RunProgress:
         self._count(record)
         self._progress.advance(self._task)
         self._show()
+        self.log(force=False)
+
+    def log(self, *, force: bool) -> None:
+        """The progress line (``episodes 12/40 pass 25.0% timeout=1, 31s``) when stderr is not
+        a terminal: now with ``force``, else only when ``LOG_EVERY_S`` passed since the last."""
+        now = self.clock()
+        if not self.log_lines or (not force and now - self._last_line < LOG_EVERY_S):
+            return
+        self._last_line = now
+        task = next(t for t in self._progress.tasks if t.id == self._task)
+        done = f"{int(task.completed)}/{int(task.total)}" if task.total else f"{task.completed:g}"
+        stats = f" {self.stats()}" if self.stats() else ""
+        self.console.print(
+            f"{self.description} {done}{stats}, {now - self._t0:.0f}s", soft_wrap=True
+        )
+
+    def _beat(self) -> None:
+        while not self._stop.wait(LOG_EVERY_S):
+            self.log(force=False)
 
     def add(self, n: int) -> None:
         """``n`` more episodes to run (a plan made in batches)."""
@@ -116,6 +151,11 @@ class RunProgress:
         if not self._live:
             self._live = True
             self._progress.start()
+            if self.log_lines:
+                self._t0 = self.clock()
+                self.log(force=True)
+                self._heartbeat = threading.Thread(target=self._beat, daemon=True)
+                self._heartbeat.start()
 
     def __enter__(self) -> RunProgress:
         return self
@@ -126,7 +166,9 @@ class RunProgress:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._stop.set()
         if self._live:
+            self.log(force=True)
             self._progress.stop()
 
 
