@@ -61,3 +61,21 @@ async def test_check_runs_every_episode_through_the_one_driver() -> None:
 def test_check_refuses_a_sandbox_it_does_not_know() -> None:
     r = task_cli("check", str(EXAMPLES / "hello-file"), "--sandbox", "docker")
     assert r.returncode == 2 and "--sandbox must be one of bwrap, local" in r.stderr
+
+
+async def test_check_says_a_failure_of_every_run_once_with_its_cause() -> None:
+    """Five oracle runs failing the same way were five rows cut before the cause."""
+    from envlab.cli.task_runs import EpisodeRow, _check_row
+    from envlab.envs.taskfolder.model import load_task_folder
+
+    folder = load_task_folder(EXAMPLES / "hello-file")
+    why = "the verifier wrote no reward (exit 127). Output tail:\n+ pytest\npytest: not found\n"
+    oracle = [
+        EpisodeRow(task_id=folder.name, sample=i, agent="oracle", status="ok", reward=0.0,
+                   duration_s=1.0, attempts=1, grader_failed=why)
+        for i in range(5)
+    ]  # fmt: skip
+    row = await _check_row(folder, oracle, [])
+    [problem] = row.problems
+    assert problem.startswith("oracle samples 0, 1, 2, 3, 4: ok, reward 0.0")
+    assert problem.endswith("pytest: not found)")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from envlab.core import AgentFactory, EnvSpec, TaskSet, Trajectory
+from envlab.core.text import headline
 
 if TYPE_CHECKING:
     from envlab.measure.summary import Summary
@@ -65,7 +66,7 @@ class EpisodeDetails:
             if e.error is not None:
                 first.setdefault(e.status, e.error)
             if e.grader_failed is not None:
-                first.setdefault("grader_failed", e.grader_failed)
+                first.setdefault("grader_failed", headline(e.grader_failed))
         return first
 
 

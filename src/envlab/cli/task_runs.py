@@ -59,7 +59,9 @@ class EpisodeRow(BaseModel):
     def why(self) -> str:
         """One line on why this sample scored what it did."""
         if self.grader_failed:
-            return "grader failed: " + self.grader_failed.strip().splitlines()[0]
+            from envlab.core.text import headline
+
+            return "grader failed: " + headline(self.grader_failed)
         if self.error:
             from envlab.core import EpisodeError
 
@@ -207,11 +209,13 @@ async def _check_row(
     n = [r for r in noop if r.task_id == folder.name]
     problems = [] if folder.solution is not None else ["no solution/solve.sh"]
     for who, rows, want in (("oracle", o, 1.0), ("noop", n, 0.0)):
+        seen: dict[str, list[int]] = {}  # the same failure in every run is said once
         for r in rows:
             if r.status != "ok" or r.reward != want:
-                problems.append(
-                    f"{who} sample {r.sample}: {r.status}, reward {r.reward} ({r.why()})"
-                )
+                seen.setdefault(f"{r.status}, reward {r.reward} ({r.why()})", []).append(r.sample)
+        for what, samples in seen.items():
+            which = "sample" if len(samples) == 1 else "samples"
+            problems.append(f"{who} {which} {', '.join(map(str, samples))}: {what}")
     notes = [f"task.toml: unknown key {k}" for k in folder.config.unknown_keys()]
     modes = sorted({r.verifier_mode for r in o + n if r.verifier_mode})
     notes += [f"verifier mode: {', '.join(modes)}"] if modes else []

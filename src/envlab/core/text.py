@@ -42,3 +42,17 @@ def valid_text(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [valid_text(v) for v in value]
     return value
+
+
+def headline(message: str, limit: int = 300) -> str:
+    """One line that says why: a message's first line and, when it quotes an output tail
+    (``... Output tail:`` then the output), the tail's last non-empty line, which is where
+    the cause usually is (``pytest: command not found``)."""
+    head, sep, tail = message.strip().partition("Output tail:")
+    first = head.strip().splitlines()[0] if head.strip() else ""
+    last = next((x.strip() for x in reversed(tail.splitlines()) if x.strip()), "")
+    if not sep:
+        rest = [x.strip() for x in message.strip().splitlines()[1:] if x.strip()]
+        last = rest[-1] if rest else ""
+    line = f"{first} … {last}" if last else first
+    return line if len(line) <= limit else line[: limit - 3] + "..."
