@@ -87,3 +87,20 @@ async def test_an_answer_that_burns_the_cpu_is_the_agents(monkeypatch: pytest.Mo
     monkeypatch.setattr(isolated, "CPU_S", 1)
     t = await _episode("string_insertion", "<answer>[9**9**9**9]</answer>")
     assert t.status is Status.OK and t.reward == 0.0
+
+
+async def test_served_the_answer_runs_nowhere_either(tmp_path: Path) -> None:
+    """The same attack through ``envlab serve`` (a real server on 127.0.0.1): the server grades
+    in its jail, the client gets the harmless wrong answer's reward, nothing is written."""
+    pytest.importorskip("fastapi")
+    from envlab.envs import load_env
+    from envlab.serve.server import ServerThread
+
+    with ServerThread(reasoning_gym_env("rg:string_insertion", size=2), max_sessions=2) as srv:
+        remote = load_env(f"ws://{srv.host}:{srv.port}")
+        task = remote.tasks(n=1)[0]
+        harmless = await play(remote, ScriptAgent([Action(text="<answer>[]</answer>")]), task)
+        attack = f"<answer>{_payload(tmp_path / 'ran')}</answer>"
+        t = await play(remote, ScriptAgent([Action(text=attack)]), task)
+    assert t.status is Status.OK and t.reward == harmless.reward == 0.0
+    assert not (tmp_path / "ran").exists()
