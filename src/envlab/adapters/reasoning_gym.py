@@ -15,6 +15,7 @@ reasoning-gym's ``default`` system prompt. A reply without the tags is scored as
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import dataclasses
@@ -173,7 +174,9 @@ class ReasoningGymEpisode(ToolEnv):
             raise GraderFailed("grade() before reset(): there is no episode to grade")
         entry = self.spec.entry(self.task)
         answer = self.extracted_answer()
-        graded = grade_isolated(self.spec.dataset_for(self.task).score_answer, answer, entry)
+        scorer = self.spec.dataset_for(self.task).score_answer
+        # off the event loop: an answer may keep the jailed scorer busy for its CPU budget
+        graded = await asyncio.to_thread(grade_isolated, scorer, answer, entry)
         value = 0.0 if graded.value is None else graded.value
         details: dict[str, Any] = {"extracted_answer": answer}
         if graded.refused:  # grading the answer failed: the agent's answer scores nothing

@@ -22,6 +22,7 @@ from envlab.cli.robustness_cmd import robustness_cmd
 from envlab.cli.serve_cmd import serve_cmd
 from envlab.cli.serve_model import serve_model_cmd
 from envlab.cli.task import task_app
+from envlab.cli.tour_cmd import tour_cmd
 from envlab.cli.train_cmd import train_cmd
 from envlab.cli.vet_cmds import arena_cmd, vet_cmd
 
@@ -107,6 +108,7 @@ def _print_rows(rows: list[dict[str, str]], as_json: bool, title: str) -> None:
     out().print(table)
 
 
+app.command("tour")(tour_cmd)
 app.command("eval")(eval_cmd)
 app.command("compare")(compare_cmd)
 app.command("report")(report_cmd)

@@ -16,7 +16,10 @@ GPT-2's byte-level split).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import inspect
+import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -85,13 +88,16 @@ class TorchEngine(Engine):
 
     def _load(self, n_ctx: int) -> int:
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # a load's bars are noise between a run's own lines
         where, name = str(self.path.parent), self.path.name
-        self._tok: Any = AutoTokenizer.from_pretrained(where, gguf_file=name)
-        pre = PRE_TOKENIZERS.get(_gguf_field(self.path, "tokenizer.ggml.pre") or "")
-        if pre is not None:
-            self._tok.backend_tokenizer.pre_tokenizer = pre()
-        self._model: Any = AutoModelForCausalLM.from_pretrained(where, gguf_file=name)
+        with _parsed_once():
+            self._tok: Any = AutoTokenizer.from_pretrained(where, gguf_file=name)
+            pre = PRE_TOKENIZERS.get(_gguf_field(self.path, "tokenizer.ggml.pre") or "")
+            if pre is not None:
+                self._tok.backend_tokenizer.pre_tokenizer = pre()
+            self._model: Any = AutoModelForCausalLM.from_pretrained(where, gguf_file=name)
         self._model.eval()
         # the KV cache's argument: `cache` in recent transformers, `past_key_values` before
         params = inspect.signature(self._model.forward).parameters
@@ -153,6 +159,38 @@ def _draw(logits: torch.Tensor, temperature: float, top_p: float, rng: torch.Gen
         kept = kept[: max(1, int((above < top_p).sum()))]
     chosen = torch.multinomial(torch.softmax(logits[kept] / temperature, dim=0), 1, generator=rng)
     return int(kept[chosen])
+
+
+@contextlib.contextmanager
+def _parsed_once() -> Iterator[None]:
+    """Within the block, each GGUF file is parsed once and each tensor-name map built once.
+
+    transformers parses the file anew for the config, the weights and the tokenizer (SmolLM2's:
+    ~6 s each, its 49k-token vocabulary read in pure Python) and rebuilds gguf's tensor-name map
+    for every module it walks (~8 s): 50 s to load a 135M model, 14 s with this (profiled with
+    pyinstrument; bench/models/torch_load.py). Both are looked up on the ``gguf`` module when
+    called, so the block sets cached ones there and puts the originals back; it also silences
+    the conversion's own progress bar (a ``tqdm`` of its module), noise between a run's lines."""
+    import gguf
+    from transformers import modeling_gguf_pytorch_utils as hf_gguf
+
+    real_reader, real_map, real_tqdm = gguf.GGUFReader, gguf.get_tensor_name_map, hf_gguf.tqdm
+    readers: dict[tuple[str, str], Any] = {}
+
+    def reader(path: Any, mode: str = "r") -> Any:
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = real_reader(path, mode)  # type: ignore[arg-type]
+        return readers[key]
+
+    gguf.GGUFReader = reader  # type: ignore[assignment,misc]
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(real_map)
+    hf_gguf.tqdm = functools.partial(real_tqdm, disable=True)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map  # type: ignore[misc]
+        hf_gguf.tqdm = real_tqdm
 
 
 def _gguf_field(path: Any, key: str) -> str | None:

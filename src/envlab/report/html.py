@@ -19,6 +19,7 @@ from envlab.measure.summary import CIMethod
 from envlab.report.data import build_report_data, to_json
 from envlab.report.robustness import robustness_section
 from envlab.report.training import training_section
+from envlab.report.vet import is_vet_dir, vet_section
 
 SCRIPTS = ("base.js", "charts.js", "viewer.js")
 """The page's script, in order; one function scope, so they share constants and helpers."""
@@ -52,8 +53,10 @@ def render_report(
     confidence: float = 0.95,
     ci_method: CIMethod = "clt",
     max_chars: int = 20_000,
+    vet_dirs: Sequence[Path] = (),
 ) -> str:
-    """The report's HTML for runs loaded with ``load_run(path, trajectories=True)``."""
+    """The report's HTML for runs loaded with ``load_run(path, trajectories=True)``, and the
+    verdicts of the ``envlab vet`` directories ``vet_dirs``."""
     for run in runs:
         if run.trajectories is None:
             raise ConfigError(f"{run.path}: load it with load_run(path, trajectories=True)")
@@ -66,6 +69,7 @@ def render_report(
         f"<title>{html.escape(str(data['title']))}</title>",
         f"<style>\n{_asset('report.css')}\n</style></head>\n<body>",
         "<noscript>This report draws its charts and viewer with JavaScript; enable it.</noscript>",
+        vet_section(vet_dirs),
         *(training_section(run.path) for run in runs),
         robustness_section(run.path for run in runs),
         "<div id='app'></div>",
@@ -91,7 +95,8 @@ def write_report(
     ci_method: CIMethod = "clt",
     max_chars: int = 20_000,
 ) -> ReportInfo:
-    """Load run directories and write their report to ``out`` (an ``.html`` file)."""
+    """Load run directories and write their report to ``out`` (an ``.html`` file). A directory
+    written by ``envlab vet`` (it holds ``vet.json``) is drawn as a row of the vetting section."""
     out_path = Path(out)
     if out_path.is_dir():
         raise ConfigError(
@@ -99,10 +104,12 @@ def write_report(
         )
     if not run_dirs:
         raise ConfigError("name at least one run directory: envlab report RUN... --out FILE.html")
-    runs = [load_run(p, trajectories=True) for p in run_dirs]
+    vets = [Path(p) for p in run_dirs if is_vet_dir(Path(p))]
+    runs = [load_run(p, trajectories=True) for p in run_dirs if Path(p) not in vets]
     text = render_report(
-        runs, title=title, confidence=confidence, ci_method=ci_method, max_chars=max_chars
-    )
+        runs, title=title, confidence=confidence, ci_method=ci_method, max_chars=max_chars,
+        vet_dirs=vets,
+    )  # fmt: skip
     out_path.parent.mkdir(parents=True, exist_ok=True)
     data = text.encode("utf-8")
     out_path.write_bytes(data)
