@@ -30,7 +30,7 @@ def tour_cmd(
     ] = 200,
     model_tasks: Annotated[
         int, typer.Option("--model-tasks", help="Held-out tasks the embedded model answers.")
-    ] = 16,
+    ] = 8,
     no_model: Annotated[
         bool, typer.Option("--no-model", help="Leave the embedded language model out.")
     ] = False,

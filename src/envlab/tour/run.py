@@ -33,7 +33,7 @@ class TourConfig:
     """Learner steps of the decision model (16 groups of 8 episodes each)."""
     heldout_tasks: int = 200
     """Held-out ``triage`` tasks for the policies that cost nothing to run."""
-    model_tasks: int = 16
+    model_tasks: int = 8
     """Of those, the first ones the embedded model answers (its episodes are the slow part)."""
     model: bool = True
     """Measure the embedded model too (needs ``envlab[embedded]`` or ``envlab[local]``)."""
