@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from envlab.cli import options as O
 from envlab.cli.console import err, out
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def export_cmd(
             help="The model's tokenizer and chat template (default: embedded for smollm2 runs).",
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
+    as_json: O.JsonOption = False,
 ) -> None:
     """Export a run's episodes for a trainer (TRL, verl, slime/Miles, SkyRL), or check its
     token views. Unscored episodes (infra/env errors) are dropped and counted, never scored 0."""

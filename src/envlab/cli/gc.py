@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from envlab.cli import options as O
 from envlab.cli.console import out
 
 
@@ -35,7 +36,7 @@ def gc_cmd(
             "Only when no older envlab is running.",
         ),
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: O.JsonOption = False,
 ) -> None:
     """Remove the sandboxes, filesystems and cgroups of envlab processes that have died."""
     from rich.table import Table

@@ -9,6 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
+from envlab.cli import options as O
+
 
 def _print(rows: dict[str, Any], as_json: bool, title: str) -> None:
     if as_json:
@@ -44,7 +46,7 @@ def logs_from_run_cmd(
     pass_threshold: Annotated[
         float, typer.Option("--pass-threshold", help="Reward counted as a successful session.")
     ] = 1.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: O.JsonOption = False,
 ) -> None:
     """Write the episodes of RUN as logged sessions, one JSON object a line (docs/logs.md)."""
     from envlab.envs.replay import logs_from_run, write_logs
@@ -71,7 +73,7 @@ def sim_from_logs_cmd(
     name: Annotated[
         str | None, typer.Option("--name", help="The environment's name (default replay-DIR).")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: O.JsonOption = False,
 ) -> None:
     """Build a replay environment from logged sessions: `envlab eval DIR --agent ...` runs it."""
     from envlab.envs.replay import build_sim

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from envlab.cli import options as O
 from envlab.cli.console import run_app
 from envlab.cli.eval_cmd import eval_cmd
 from envlab.cli.export_cmd import export_cmd
@@ -59,7 +60,7 @@ def _main(
 
 
 @app.command("envs")
-def envs_cmd(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+def envs_cmd(as_json: O.JsonOption = False) -> None:
     """List the environments found through the envlab.envs entry points."""
     from envlab.envs import ENVS
 
@@ -68,7 +69,7 @@ def envs_cmd(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")
 
 @app.command("agents")
 def agents_cmd(
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: O.JsonOption = False,
 ) -> None:
     """List the agents found through the envlab.agents entry points."""
     from envlab.agents import AGENTS

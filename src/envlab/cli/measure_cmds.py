@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from envlab.cli import options as O
 from envlab.cli.console import err, out
 
 if TYPE_CHECKING:
@@ -32,14 +33,12 @@ def compare_cmd(
     run_b: Annotated[
         Path, typer.Argument(metavar="RUN_B", help="Run directory B, compared against A.")
     ],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+    as_json: O.JsonOption = False,
     force: Annotated[
         bool,
         typer.Option("--force", help="Compare even if the environment content hashes differ."),
     ] = False,
-    confidence: Annotated[
-        float, typer.Option("--confidence", help="Confidence level of the interval.")
-    ] = 0.95,
+    confidence: O.ConfidenceOption = 0.95,
     target: Annotated[
         float | None,
         typer.Option(
@@ -136,9 +135,7 @@ def report_cmd(
         Path, typer.Option("--out", "-o", help="The HTML file to write (one self-contained file).")
     ],
     title: Annotated[str | None, typer.Option("--title", help="Title of the report.")] = None,
-    confidence: Annotated[
-        float, typer.Option("--confidence", help="Confidence level of the intervals.")
-    ] = 0.95,
+    confidence: O.ConfidenceOption = 0.95,
     bootstrap: Annotated[
         bool, typer.Option("--bootstrap", help="Bootstrap the intervals (resampling tasks).")
     ] = False,
@@ -146,9 +143,7 @@ def report_cmd(
         int,
         typer.Option("--max-chars", help="Longest text kept per message; the rest is cut."),
     ] = 20_000,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print what was written as JSON.")
-    ] = False,
+    as_json: O.JsonOption = False,
 ) -> None:
     """Write one self-contained HTML report of RUNS: CIs, curves, heatmap, trajectory viewer."""
     from envlab.report import write_report

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from envlab.cli import options as O
 from envlab.cli.console import run_async
-from envlab.cli.eval_cmd import ModelFailuresOption
+from envlab.cli.options import ModelFailuresOption
 
 if TYPE_CHECKING:
     from envlab.cli.evaluate import Evaluation
@@ -307,42 +308,28 @@ def robustness_cmd(
         int | None, typer.Option("--tasks", "-n", help="Number of tasks (default all).")
     ] = None,
     samples: Annotated[int, typer.Option("--samples", "-k", help="Samples per task.")] = 1,
-    concurrency: Annotated[
-        int, typer.Option("--concurrency", "-c", help="Episodes in flight.")
-    ] = 8,
+    concurrency: O.ConcurrencyOption = 8,
     out_dir: Annotated[
         Path | None, typer.Option("--out", "-o", metavar="DIR", help="Measurement directory.")
     ] = None,
     resume: Annotated[
         bool, typer.Option("--resume", help="Finish an interrupted measurement in --out.")
     ] = False,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the task set and episodes.")] = 0,
+    seed: O.SeedOption = 0,
     split: Annotated[str, typer.Option("--split", help="Task split.")] = "test",
-    env_arg: Annotated[
-        list[str] | None,
-        typer.Option("--env-arg", "-e", metavar="KEY=VALUE", help="Environment config (repeat)."),
-    ] = None,
-    agent_arg: Annotated[
-        list[str] | None,
-        typer.Option("--agent-arg", metavar="KEY=VALUE", help="Agent argument (repeat)."),
-    ] = None,
+    env_arg: O.EnvArgOption = None,
+    agent_arg: O.AgentArgOption = None,
     max_steps: Annotated[
         int | None, typer.Option("--max-steps", help="Steps per episode (default: the task's).")
     ] = None,
-    max_retries: Annotated[
-        int, typer.Option("--max-retries", help="Retries of an episode after infra_error.")
-    ] = 2,
-    confidence: Annotated[
-        float, typer.Option("--confidence", help="Confidence level of the intervals.")
-    ] = 0.95,
+    max_retries: O.MaxRetriesOption = 2,
+    confidence: O.ConfidenceOption = 0.95,
     model_failures: ModelFailuresOption = "agent",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-    no_progress: Annotated[
-        bool, typer.Option("--no-progress", help="Hide the progress bars.")
-    ] = False,
+    as_json: O.JsonOption = False,
+    no_progress: O.NoProgressOption = False,
 ) -> None:
     """Run AGENT on ENV clean and under each perturbation alone; the paired drop of each."""
-    from envlab.cli.eval_cmd import (
+    from envlab.cli.options import (
         check_model_failures,
         limit_overrides,
         open_agent,

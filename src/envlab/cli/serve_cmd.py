@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from envlab.cli import options as O
 from envlab.cli.console import err
 
 
@@ -41,10 +42,7 @@ def serve_cmd(
             "is cut off (a client trickling bytes cannot hold a socket).",
         ),
     ] = 30.0,
-    env_arg: Annotated[
-        list[str] | None,
-        typer.Option("--env-arg", "-e", metavar="KEY=VALUE", help="Environment config (repeat)."),
-    ] = None,
+    env_arg: O.EnvArgOption = None,
     sandbox: Annotated[
         str | None,
         typer.Option("--sandbox", metavar="bwrap|local", help="Sandbox of task folders."),
@@ -64,9 +62,7 @@ def serve_cmd(
         float | None,
         typer.Option("--grade-timeout", help="Seconds to grade (default: the task's)."),
     ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the server's details as one JSON line.")
-    ] = False,
+    as_json: O.JsonOption = False,
 ) -> None:
     """Serve ENV at ws://HOST:PORT/ws, wire-compatible with OpenEnv's clients.
 
@@ -74,7 +70,7 @@ def serve_cmd(
     the reward with its components comes in the last frame. Drive it with OpenEnv's
     GenericEnvClient, or with envlab itself: envlab eval ws://HOST:PORT --agent ...
     """
-    from envlab.cli.eval_cmd import limit_overrides, open_env, parse_kv
+    from envlab.cli.options import limit_overrides, open_env, parse_kv
     from envlab.serve.server import require_serve, serve
 
     require_serve()  # before loading anything: say how to install the extra

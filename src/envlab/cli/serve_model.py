@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from envlab.cli import options as O
 from envlab.cli.console import err
 
 
@@ -31,9 +32,7 @@ def serve_model_cmd(
     threads: Annotated[
         int | None, typer.Option("--threads", help="CPU threads (default: all available).")
     ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the server's details as one JSON line.")
-    ] = False,
+    as_json: O.JsonOption = False,
 ) -> None:
     """Serve a local model at http://HOST:PORT/v1 (/models, /chat/completions with tools).
 

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from envlab.cli import options as O
 from envlab.cli.console import out, run_app, run_async
-from envlab.cli.eval_cmd import ModelFailuresOption
+from envlab.cli.options import ModelFailuresOption
 from envlab.cli.task_build import build_cmd
 from envlab.cli.task_import import import_cmd
 
@@ -60,10 +61,8 @@ def run_cmd(
         ),
     ],
     samples: Annotated[int, typer.Option("--samples", "-k", help="Samples per task.")] = 1,
-    concurrency: Annotated[int, typer.Option("--concurrency", "-c", help="Episodes at once.")] = 4,
-    max_retries: Annotated[
-        int, typer.Option("--max-retries", help="Retries after an infra_error.")
-    ] = 1,
+    concurrency: O.ConcurrencyOption = 4,
+    max_retries: O.MaxRetriesOption = 1,
     max_steps: Annotated[int | None, typer.Option("--max-steps", help="Steps per episode.")] = None,
     step_timeout: Annotated[
         float | None, typer.Option("--step-timeout", help="Seconds per step (default: none).")
@@ -78,10 +77,15 @@ def run_cmd(
     ] = None,
     sandbox: Annotated[str | None, _SANDBOX] = None,
     model_failures: ModelFailuresOption = "agent",
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: O.JsonOption = False,
 ) -> None:
     """Run AGENT on the task folder(s) at PATH; print reward and status per sample."""
-    from envlab.cli.eval_cmd import check_model_failures, limit_overrides, open_agent, open_env
+    from envlab.cli.options import (
+        check_model_failures,
+        limit_overrides,
+        open_agent,
+        open_env,
+    )
     from envlab.cli.task_runs import run_samples
     from envlab.core.errors import ConfigError
 
@@ -135,9 +139,9 @@ def check_cmd(
     ],
     runs: Annotated[int, typer.Option("--runs", "-n", help="Oracle runs per task.")] = 5,
     noop_runs: Annotated[int, typer.Option("--noop-runs", help="No-op runs per task.")] = 1,
-    concurrency: Annotated[int, typer.Option("--concurrency", "-c", help="Episodes at once.")] = 4,
+    concurrency: O.ConcurrencyOption = 4,
     sandbox: Annotated[str | None, _SANDBOX] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: O.JsonOption = False,
 ) -> None:
     """Check task folders: the oracle must score 1 on every run, the no-op agent 0."""
     from envlab.cli.task_runs import check

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from envlab.cli import options as O
 from envlab.cli.console import out, run_async
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 def build_cmd(
     path: Annotated[Path, typer.Argument(metavar="PATH", help="A task folder or a directory.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: O.JsonOption = False,
 ) -> None:
     """Build the images of task folders (cached layers; the base root filesystems once)."""
     from envlab.cli.task_build_rows import build_one

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from envlab.cli import options as O
+
 if TYPE_CHECKING:
     from envlab.importers.terminal_bench import ImportReport
 
@@ -34,7 +36,7 @@ def import_cmd(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace task folders already in --out.")
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: O.JsonOption = False,
 ) -> None:
     """Convert the SOURCE tasks at DIR into Harbor task folders under --out (one per task)."""
     from envlab.importers.terminal_bench import import_terminal_bench

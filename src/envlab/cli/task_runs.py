@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from envlab.cli.eval_cmd import open_agent, open_env
+from envlab.cli.options import open_agent, open_env
 
 if TYPE_CHECKING:
     from envlab.cli.progress import RunProgress

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from envlab.cli import options as O
 from envlab.cli.console import err, out, run_async
-from envlab.cli.eval_cmd import (
+from envlab.cli.options import (
     ModelFailuresOption,
     check_model_failures,
     open_agent,
@@ -78,10 +79,7 @@ def train_cmd(
         list[str] | None,
         typer.Option("--learner-arg", metavar="KEY=VALUE", help="Learner setting (repeat)."),
     ] = None,
-    env_arg: Annotated[
-        list[str] | None,
-        typer.Option("--env-arg", "-e", metavar="KEY=VALUE", help="Environment config (repeat)."),
-    ] = None,
+    env_arg: O.EnvArgOption = None,
     steps: Annotated[int, typer.Option("--steps", help="Learner steps.")] = 150,
     groups_per_step: Annotated[
         int, typer.Option("--groups-per-step", help="Groups (tasks) per learner step.")
@@ -95,13 +93,11 @@ def train_cmd(
     sync: Annotated[
         bool, typer.Option("--sync", help="No overlap: generate, then learn (staleness 0).")
     ] = False,
-    concurrency: Annotated[
-        int, typer.Option("--concurrency", "-c", help="Episodes in flight.")
-    ] = 64,
+    concurrency: O.ConcurrencyOption = 64,
     checkpoint_every: Annotated[
         int, typer.Option("--checkpoint-every", help="Learner steps between checkpoints.")
     ] = 10,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of tasks, episodes and learner.")] = 0,
+    seed: O.SeedOption = 0,
     train_tasks: Annotated[
         int | None, typer.Option("--train-tasks", help="Training tasks (default all).")
     ] = None,
@@ -110,16 +106,14 @@ def train_cmd(
         int, typer.Option("--eval-tasks", help="Held-out tasks measured after training (0: none).")
     ] = 1000,
     eval_split: Annotated[str, typer.Option("--eval-split", help="Held-out split.")] = "test",
-    max_retries: Annotated[
-        int, typer.Option("--max-retries", help="Retries of an episode after infra_error.")
-    ] = 2,
+    max_retries: O.MaxRetriesOption = 2,
     out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Run directory.")] = None,
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue a killed run from its last checkpoint.")
     ] = False,
     model_failures: ModelFailuresOption = "agent",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-    no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide progress.")] = False,
+    as_json: O.JsonOption = False,
+    no_progress: O.NoProgressOption = False,
 ) -> None:
     """Train a policy on ENV with rollouts and learning overlapped, then compare it on held-out
     tasks with a random policy and the best achievable."""

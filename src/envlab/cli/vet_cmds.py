@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
 
+from envlab.cli import options as O
 from envlab.cli.console import out, run_async
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ async def _vet_one(
 ) -> EnvVet:
     """Vet one environment (with ``perturbations``, ``--perturb``'s text, on its tool calls)
     with the agent called ``agent_name`` (``none``: no agent), which is closed at the end."""
-    from envlab.cli.eval_cmd import open_agent, open_env, with_perturbations
+    from envlab.cli.options import open_agent, open_env, with_perturbations
     from envlab.cli.progress import RunProgress, VetProgress
     from envlab.vet.runner import vet_environment
 
@@ -100,7 +101,7 @@ def vet_cmd(
     group_size: Annotated[
         int, typer.Option("--group-size", help="The trainer's G for P(dead group).")
     ] = 8,
-    concurrency: Annotated[int, typer.Option("--concurrency", "-c")] = 2,
+    concurrency: O.ConcurrencyOption = 2,
     tasks: Annotated[
         int | None, typer.Option("--tasks", "-n", help="Vet only the first N tasks.")
     ] = None,
@@ -108,20 +109,17 @@ def vet_cmd(
         Path | None, typer.Option("--out", "-o", metavar="DIR", help="Vet directory.")
     ] = None,
     sandbox: Annotated[str | None, _SANDBOX] = None,
-    env_arg: Annotated[
-        list[str] | None,
-        typer.Option("--env-arg", "-e", metavar="KEY=VALUE", help="Environment config (repeat)."),
-    ] = None,
+    env_arg: O.EnvArgOption = None,
     perturb: Annotated[
         str | None, typer.Option("--perturb", metavar="NAME=VALUE,...", help=_PERTURB_HELP)
     ] = None,
     strict: Annotated[
         bool, typer.Option("--strict", help="Exit 1 when any task's verdict is not ok (for CI).")
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print vet.json.")] = False,
+    as_json: O.JsonOption = False,
 ) -> None:
     """Vet ENV: catch leaking, hackable, broken, trivial and dead tasks; write vet.json."""
-    from envlab.cli.eval_cmd import parse_kv
+    from envlab.cli.options import parse_kv
     from envlab.cli.run_dirs import default_out_dir
 
     cfg = _config(samples, oracle_runs, group_size, concurrency, tasks)
@@ -253,14 +251,14 @@ def arena_cmd(
     samples: Annotated[int, typer.Option("--samples", "-k")] = 4,
     oracle_runs: Annotated[int, typer.Option("--oracle-runs")] = 5,
     group_size: Annotated[int, typer.Option("--group-size")] = 8,
-    concurrency: Annotated[int, typer.Option("--concurrency", "-c")] = 2,
+    concurrency: O.ConcurrencyOption = 2,
     tasks: Annotated[int | None, typer.Option("--tasks", "-n")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Arena directory.")] = None,
     html: Annotated[
         Path | None, typer.Option("--html", help="HTML page (default OUT/arena.html).")
     ] = None,
     sandbox: Annotated[str | None, _SANDBOX] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the ranking as JSON.")] = False,
+    as_json: O.JsonOption = False,
 ) -> None:
     """Vet several environments and rank them: environments, not models."""
     from envlab.cli.run_dirs import default_out_dir

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envlab.cli.eval_cmd import open_agent
+from envlab.cli.options import open_agent
 from envlab.cli.task_runs import check, run_samples
 from envlab.envs.taskfolder.spec import TerminalEnv
 from tests.envs.taskfolder import image_support
