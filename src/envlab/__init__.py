@@ -2,12 +2,20 @@
 
 from typing import Any
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "evaluate", "tour", "vet"]
+
+APP = ("evaluate", "tour", "vet")
+"""envlab from Python (``envlab.app``), imported on first use like ``__version__``."""
 
 
 def __getattr__(name: str) -> Any:
     """``__version__`` is read from the installed metadata on first use (it costs an import of
-    ``importlib.metadata`` that ``envlab --help`` does not need)."""
+    ``importlib.metadata`` that ``envlab --help`` does not need); ``evaluate``, ``vet`` and
+    ``tour`` come from ``envlab.app``."""
+    if name in APP:
+        from envlab import app
+
+        return getattr(app, name)
     if name != "__version__":
         raise AttributeError(f"module 'envlab' has no attribute {name!r}")
     from importlib.metadata import PackageNotFoundError, version

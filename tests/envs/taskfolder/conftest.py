@@ -20,17 +20,8 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "tasks"
 @pytest.fixture(autouse=True, scope="session")
 def _private_build_cache() -> None:
     """Builds of this session go to a cache of their own (also for CLI subprocesses)."""
-    if "ENVLAB_CACHE_DIR" in os.environ:
-        return
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if run is None:
+    if "ENVLAB_CACHE_DIR" not in os.environ:
         os.environ["ENVLAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="envlab-test-cache-")
-        return
-    # pytest-xdist's workers share one (the store's file locks order their builds): a base is
-    # built once per run, not once per worker
-    shared = Path(tempfile.gettempdir()) / f"envlab-test-cache-{run}"
-    shared.mkdir(exist_ok=True)
-    os.environ["ENVLAB_CACHE_DIR"] = str(shared)
 
 
 def write(path: Path, text: str, executable: bool = False) -> None:
