@@ -50,6 +50,9 @@ def tour_cmd(
         from envlab.models.local import require_local
 
         require_local("envlab tour (or pass --no-model)")
+        from envlab.models.weights import smollm2_path
+
+        smollm2_path()  # the model's file, found before anything runs
     cfg = TourConfig(target, steps, heldout_tasks, min(model_tasks, heldout_tasks), not no_model)
     t0 = time.monotonic()
 
