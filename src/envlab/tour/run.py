@@ -12,7 +12,7 @@ Usable from Python: ``result = await run_tour(TourConfig(out_dir=Path("runs/tour
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -161,9 +161,12 @@ async def measure_step(
     return heldout, model_heldout
 
 
-async def _closing(contenders: list[Contender], run: Callable) -> Heldout:  # type: ignore[type-arg]
+async def _closing(
+    contenders: list[Contender], run: Callable[[list[Contender]], Awaitable[Heldout]]
+) -> Heldout:
+    """``run(contenders)``, then every contender's agent closed, whatever happened."""
     try:
-        return await run(contenders)  # type: ignore[no-any-return]
+        return await run(contenders)
     finally:
         for c in contenders:
             await c.factory.aclose()
