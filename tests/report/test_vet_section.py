@@ -26,4 +26,5 @@ def test_a_hostile_reason_is_text_not_markup(tmp_path: Path) -> None:
     html = vet_section([vet])
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "env&lt;1&gt;" in html and "quarantine 1" in html
+    assert "<b>answer_leak</b> (1 tasks): &lt;script&gt;" in html
     assert vet_section([]) == ""
