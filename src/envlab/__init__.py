@@ -2,16 +2,16 @@
 
 from typing import Any
 
-__all__ = ["__version__", "evaluate", "tour", "vet"]
+__all__ = ["__version__", "evaluate", "run_tour", "vet_env"]
 
-APP = ("evaluate", "tour", "vet")
+APP = ("evaluate", "run_tour", "vet_env")
 """envlab from Python (``envlab.app``), imported on first use like ``__version__``."""
 
 
 def __getattr__(name: str) -> Any:
     """``__version__`` is read from the installed metadata on first use (it costs an import of
-    ``importlib.metadata`` that ``envlab --help`` does not need); ``evaluate``, ``vet`` and
-    ``tour`` come from ``envlab.app``."""
+    ``importlib.metadata`` that ``envlab --help`` does not need); ``evaluate``, ``vet_env`` and
+    ``run_tour`` come from ``envlab.app``."""
     if name in APP:
         from envlab import app
 

@@ -1,4 +1,6 @@
-"""envlab from Python, as the CLI runs it: ``envlab.evaluate``, ``envlab.vet`` and ``envlab.tour``.
+"""envlab from Python, as the CLI runs it: ``envlab.evaluate``, ``envlab.vet_env`` and
+``envlab.run_tour`` (not ``vet``/``tour``: those are envlab's subpackages, and an imported
+subpackage is what ``envlab.vet`` means).
 
 Each takes names (as ``envlab eval`` does: ``"calc"``, ``"oracle"``, ``"module:attr"``, a task
 folder path) or the objects themselves (an ``EnvSpec``, an ``AgentFactory``), runs to the end
@@ -93,7 +95,7 @@ def evaluate(
     return asyncio.run(run())
 
 
-def vet(
+def vet_env(
     env: str | EnvSpec,
     *,
     agent: str | AgentFactory | None = None,
@@ -124,8 +126,9 @@ def vet(
     return asyncio.run(run())
 
 
-def tour(out: str | Path | None = None, *, model: bool = True) -> TourResult:
+def run_tour(out: str | Path | None = None, *, model: bool = True) -> TourResult:
     """``envlab tour``: vet, train, measure, report, into ``out`` (a new directory)."""
-    from envlab.tour.run import TourConfig, run_tour
+    from envlab.tour.run import TourConfig
+    from envlab.tour.run import run_tour as run_tour_async
 
-    return asyncio.run(run_tour(TourConfig(_out(out, "tour"), model=model)))
+    return asyncio.run(run_tour_async(TourConfig(_out(out, "tour"), model=model)))
