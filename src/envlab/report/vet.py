@@ -9,9 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-VET_FILE = "vet.json"
-"""What ``envlab vet`` writes (``envlab.vet.runner.VET_FILE``; not imported: the vet machinery
-is heavy, and a report reads only the file)."""
+from envlab.runs import VET_FILE
 
 
 def is_vet_dir(path: Path) -> bool:

@@ -16,6 +16,8 @@ from envlab.runs.errors import first_error
 RUN_FILE = "run.json"
 TRAJECTORIES_FILE = "trajectories.jsonl"
 SUMMARY_FILE = "summary.json"
+VET_FILE = "vet.json"
+"""What ``envlab vet`` writes in its directory (the report reads it too)."""
 
 
 class RunInfo(BaseModel):

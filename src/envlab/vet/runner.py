@@ -30,7 +30,7 @@ from envlab.core import (
 )
 from envlab.core.rubric import reward_range_of
 from envlab.rollout import EpisodeHooks, PlannedEpisode, episode_ids, run_episodes
-from envlab.runs import TRAJECTORIES_FILE, TrajectoryStore, safe_name
+from envlab.runs import TRAJECTORIES_FILE, VET_FILE, TrajectoryStore, safe_name
 from envlab.vet import checks as C
 from envlab.vet import exposure as X
 from envlab.vet import python_checks as P
@@ -47,7 +47,6 @@ from envlab.vet.python_vet import (
 )
 from envlab.vet.verdict import quality_score, task_verdict, verdict_counts
 
-VET_FILE = "vet.json"
 AGENT_RETRIES = 2
 """Retries of the real agent's episodes after ``infra_error`` (probes get none)."""
 
