@@ -34,9 +34,9 @@ import json
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
-import httpx
 from pydantic import ValidationError
 
 from envlab.core import (
@@ -46,8 +46,11 @@ from envlab.core import (
     model_failures,
     not_agent_time,
 )
-from envlab.models.http import ModelHTTP, Reply
+from envlab.models.http import ModelHTTP, Reply, RequestTimeout, TransportError
 from envlab.models.wire import ChatResponse, WireToolCall
+
+if TYPE_CHECKING:
+    import httpx
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
 
@@ -156,7 +159,7 @@ def normalize_base_url(url: str) -> str:
     url = url.rstrip("/")
     if "://" not in url:
         url = "http://" + url
-    if httpx.URL(url).path in ("", "/"):
+    if urlsplit(url).path in ("", "/"):
         url += "/v1"
     return url
 
@@ -292,11 +295,11 @@ class OpenAICompatModel:
             tried: float | None = time.perf_counter()
             try:
                 resp = await client.request("POST", self.url, json_body=payload, timeout_s=timeout)
-            except httpx.TimeoutException as e:
-                history.append(f"timed out ({type(e).__name__}, limit {timeout}s)")
+            except RequestTimeout as e:
+                history.append(f"timed out ({e}; limit {timeout}s)")
                 tried = None  # a model too slow to answer may be the agent's own slowness
-            except httpx.TransportError as e:
-                history.append(f"{type(e).__name__}: {e or 'connection failed'}")
+            except TransportError as e:
+                history.append(str(e) or "connection failed")
             else:
                 if resp.status_code == 200:
                     reply = self._parse(resp, history)
@@ -366,7 +369,7 @@ class OpenAICompatModel:
             if resp.status_code != 200:
                 raise ValueError(f"HTTP {resp.status_code}: {_error_text(resp)}")
             return [str(m["id"]) for m in resp.json().get("data", [])]
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
+        except (TransportError, ValueError, KeyError, TypeError) as e:
             raise ModelUnavailable(f"cannot list models at {self.base_url}/models: {e}") from e
 
 
