@@ -315,3 +315,48 @@ def test_an_episode_never_writes_the_image_layers(tiny_base: str, tmp_path: Path
     assert sh(image, "cat /etc/x; cat /opt/layer.txt; test -x /bin/ls && echo ls") == (
         "original\nlayer\nls\n"
     )
+
+
+def test_a_base_built_for_the_task_is_not_on_its_build_clock(
+    tiny_base: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first run on a machine builds each base (minutes with mmdebstrap): that is the
+    machine's set-up, not the task's build, so ``build_timeout_sec`` does not count it. The
+    base here takes 10 minutes of a fake clock; the task's own steps fit in its 60 s."""
+    import types
+
+    from envlab.sandbox.image import bases
+    from envlab.sandbox.tasks import build_steps, image_build
+
+    now = [1000.0]
+    clock = types.SimpleNamespace(monotonic=lambda: now[0])
+    monkeypatch.setattr(build_steps, "time", clock)
+    monkeypatch.setattr(image_build, "time", clock)
+    real = bases.ensure_base
+
+    def slow_base(*args: object, **kwargs: object) -> object:
+        now[0] += 600.0
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(image_build, "ensure_base", slow_base)
+    task = write_task(
+        tmp_path, "slow-base", f"FROM {tiny_base}\nRUN echo ok > /built.txt\n",
+        toml="[environment]\nbuild_timeout_sec = 60\n",
+    )  # fmt: skip
+    image = build(task)
+    assert sh(image, "cat /built.txt").strip() == "ok"
+    # the task's own steps still have a clock: one that outlasts it is stopped
+    monkeypatch.setattr(image_build, "ensure_base", real)
+    late = write_task(
+        tmp_path, "slow-step", f"FROM {tiny_base}\nRUN echo one\nRUN echo two\n",
+        toml="[environment]\nbuild_timeout_sec = 60\n",
+    )  # fmt: skip
+    steps_execute = build_steps.Steps.execute
+
+    async def late_step(self: build_steps.Steps, box: object, step: object) -> None:
+        now[0] += 45.0
+        await steps_execute(self, box, step)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(build_steps.Steps, "execute", late_step)
+    with pytest.raises(DockerfileError, match="build_timeout_sec"):
+        build(late)

@@ -119,7 +119,10 @@ class _Builder:
             parent = built[stage.base_stage]
             image = parent.model_copy(deep=True)
         else:
+            t0 = time.monotonic()
             base = await asyncio.to_thread(ensure_base, stage.base, self._base_progress)
+            # a base is built once per machine, not by this task: not on its build clock
+            self.steps.deadline += time.monotonic() - t0
             env = {**stage.config.env, **dict(base.recipe.env)}
             image = Image(ref=stage.base, base=base.rootfs, notes=list(base.notes))
             image.key = content_key(BUILDER_VERSION, str(base.rootfs))
