@@ -144,3 +144,33 @@ def test_fail_under_and_strict_exit_1_for_ci(tmp_path: Path) -> None:
     assert strict.returncode == 1 and "--strict: broken" in strict.stderr
     clean = envlab("vet", "calc", *args, "--tasks", "3", "--strict", "--out", str(tmp_path / "v3"))
     assert clean.returncode == 0, clean.stderr
+
+
+def test_episodes_that_time_out_on_a_model_endpoint_say_where_the_time_went(
+    tmp_path: Path,
+) -> None:
+    """A served model too slow for the step limit (the quick tour's `serve-model` on a busy
+    machine): every episode times out, scored 0 as the agent's, and the output says why and
+    what to change (fewer at once, a longer step limit, a faster engine)."""
+    import threading
+
+    from tests.models.fake_openai import FakeOpenAI, Scripted, error
+
+    release = threading.Event()
+
+    def respond(body: dict[str, object]) -> Scripted:
+        release.wait(30)
+        return error(503, "released")
+
+    with FakeOpenAI(respond=respond) as fake:
+        try:
+            r = envlab(
+                "eval", "calc", "--agent", f"openai:m@{fake.base_url}", "--tasks", "2",
+                "--step-timeout", "0.5", "--concurrency", "2", "--out", str(tmp_path / "r"),
+            )  # fmt: skip
+        finally:
+            release.set()
+    assert "timeout (2)" in r.stdout, r.stdout + r.stderr
+    hint = " ".join(r.stdout.split())
+    assert "2 of 2 episodes ran out of time waiting on the model at" in hint, hint
+    assert "--concurrency 1" in hint and "--step-timeout" in hint

@@ -11,6 +11,8 @@ from rich.table import Table
 from envlab.cli.console import err, out
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from envlab.cli.evaluate import Evaluation
     from envlab.measure.stats import Estimate
     from envlab.measure.summary import Summary
@@ -101,6 +103,7 @@ def print_failures(ev: Evaluation, *, to_stderr: bool = False) -> None:
         console.print("[bold]why episodes failed[/] (the first of each):")
     for status, why in first.items():
         console.print(f"  [red]{status}[/] ({counts.get(status, 0)}): {escape(why)}")
+    _timeout_hint(ev, console)
     if ev.every_model_failed and not ev.nothing_scored:
         err().print(
             f"[bold red]the model endpoint failed in all {ev.summary.n_episodes} episodes:[/] "
@@ -115,6 +118,21 @@ def print_failures(ev: Evaluation, *, to_stderr: bool = False) -> None:
             "measure nothing. Fix the cause above, then run again (with --out "
             f"{escape(str(ev.result.run_dir))} --resume to rerun only those episodes)."
         )
+
+
+def _timeout_hint(ev: Evaluation, console: Console) -> None:
+    """Episodes of a model behind an endpoint that ran out of time: where the time went."""
+    n = ev.summary.status_counts.get("timeout", 0)
+    endpoint = ev.result.info.agent.endpoint
+    if not n or not endpoint:
+        return
+    console.print(
+        f"[yellow]hint:[/] {n} of {ev.summary.n_episodes} episodes ran out of time waiting on "
+        f"the model at {escape(endpoint)} (its time is the agent's: scored 0). A server that "
+        "answers one request at a time (envlab serve-model, llama.cpp's) queues the episodes "
+        "in flight: run fewer at once (--concurrency 1), allow each step more time "
+        "(--step-timeout 300), or use a faster engine (pip install -e '.[local]': llama.cpp)."
+    )
 
 
 def print_notes(ev: Evaluation) -> None:
