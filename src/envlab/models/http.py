@@ -9,7 +9,9 @@ that uses it.
 - ``http://`` sets up no TLS at all; ``https://`` verifies certificates against ``certifi``'s
   CA set or ``SSL_CERT_FILE``/``SSL_CERT_DIR`` when set, loaded once per client;
 - an endpoint behind a proxy from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``,
-  ``NO_PROXY``) goes through it (aiohttp's ``trust_env``);
+  ``ALL_PROXY``, ``NO_PROXY``) goes through it, looked up once per client (aiohttp's
+  ``trust_env`` looks it up in a thread on every request: two thread hops a request, whose
+  GIL hand-offs cost more than the request);
 - a given ``transport`` (``httpx.ASGITransport`` for the in-process model) replaces the
   network: the request is handed to it as it is;
 - failures are this module's two exceptions, whatever carried the request: ``RequestTimeout``
@@ -69,6 +71,18 @@ def _ssl_context() -> ssl.SSLContext:
     return context
 
 
+def _proxy_for(url: str) -> str | None:
+    """The proxy the environment names for ``url`` (``HTTP(S)_PROXY``, ``NO_PROXY``), if any."""
+    import urllib.request
+
+    proxies = urllib.request.getproxies()
+    scheme = urlsplit(url).scheme
+    proxy = proxies.get(scheme) or proxies.get("all")
+    if not proxy or urllib.request.proxy_bypass(urlsplit(url).hostname or ""):
+        return None
+    return proxy
+
+
 def _origin(url: str) -> tuple[str, str, int]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
@@ -126,6 +140,7 @@ class ModelHTTP:
             _ssl_context() if self._origin[0] == "https" and transport is None else False
         )
         self._max_connections = max_connections
+        self._proxy = _proxy_for(base_url) if transport is None else None
         self._session: aiohttp.ClientSession | None = None
         self._opened = 0
 
@@ -147,7 +162,7 @@ class ModelHTTP:
         )
         return aiohttp.ClientSession(
             connector=connector,
-            trust_env=True,
+            trust_env=False,
             trace_configs=[trace],
             skip_auto_headers=("Accept-Encoding",),
             auto_decompress=True,
@@ -186,7 +201,7 @@ class ModelHTTP:
         )
         try:
             async with self._session.request(
-                method, url, data=body, headers=headers, timeout=limits
+                method, url, data=body, headers=headers, timeout=limits, proxy=self._proxy
             ) as resp:
                 content = await resp.read()
                 # names lower-cased; a repeated header keeps its last value
