@@ -93,3 +93,31 @@ def test_the_last_number_of_an_echo_is_not_read_either() -> None:
     prompt = "Compute ((14 / 7) / 2) * 2 using the calculator tools."
     assert extract_number("((14 / 7) / 2) * 2", not_from=[prompt]) is None
     assert extract_number("Compute ((14 / 7) / 2) * 2", not_from=[prompt]) is None
+
+
+def test_the_prompt_scan_that_skips_tokenizing_never_changes_a_mask(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``mask_echoes`` tokenizes a source only when it holds one of the text's numbers (a
+    cheap scan). Differential: on 3000 random texts and prompts built of numbers (signed,
+    decimal, with thousands separators, unicode minus), words and operators, the mask is the
+    same as with the scan turned off."""
+    import random
+
+    from envlab.envs import answers
+
+    rng = random.Random(7)
+    vocab = ["3", "-3", "−3", "14", "1,400", "0.5", ".5", "2/3", "boxes", "Fatima", "answer",
+             "is", "=", "+", "-", "*", "(", ")", "$", "%", "x", "(-3)", "10 / 2", "3 boxes"]  # fmt: skip
+
+    def phrase(k: int) -> str:
+        return " ".join(rng.choice(vocab) for _ in range(rng.randint(1, k)))
+
+    pairs = [(phrase(8), [phrase(14), phrase(6)]) for _ in range(3000)]
+    fast = [answers.mask_echoes(text, sources) for text, sources in pairs]
+    every = frozenset(("n", v) for v in (-1400.0, -14.0, -3.0, -0.5, 0.5, 2 / 3, -2 / 3, 2.0,
+                                          3.0, 10.0, 14.0, 1400.0, -10.0, -2.0))  # fmt: skip
+    monkeypatch.setattr(answers, "_number_keys", lambda source: every)
+    slow = [answers.mask_echoes(text, sources) for text, sources in pairs]
+    assert fast == slow
+    assert sum(f != t for f, (t, _) in zip(fast, pairs, strict=True)) > 300  # echoes were masked

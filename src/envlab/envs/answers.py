@@ -80,6 +80,28 @@ def _grams_of(source: str, n: int) -> frozenset[tuple[tuple[str, object], ...]]:
 
 _cached_grams = functools.lru_cache(maxsize=4096)(_grams_of)
 
+_DIGITS_RE = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+")
+"""The number alternatives of ``_TOKEN_RE``: the same digit runs (no other token has digits)."""
+
+
+def _number_keys(source: str) -> frozenset[tuple[str, object]]:
+    """``_numbers_of(source)``, cached for sources of up to 64 KiB (a task's prompt)."""
+    return _cached_numbers(source) if len(source) <= 65536 else _numbers_of(source)
+
+
+def _numbers_of(source: str) -> frozenset[tuple[str, object]]:
+    """Every key a number token of ``source`` can have: each value with either sign (whether a
+    minus is the number's sign depends on what precedes it; both keep this a superset)."""
+    keys: set[tuple[str, object]] = set()
+    for raw in _DIGITS_RE.findall(source):
+        value = to_number(raw)
+        if value is not None:
+            keys.update((("n", value), ("n", -value)))
+    return frozenset(keys)
+
+
+_cached_numbers = functools.lru_cache(maxsize=4096)(_numbers_of)
+
 
 def mask_echoes(text: str, sources: Iterable[str], n: int = ECHO_TOKENS) -> str:
     """``text`` with every span copied from ``sources`` that carries a number blanked out.
@@ -87,11 +109,17 @@ def mask_echoes(text: str, sources: Iterable[str], n: int = ECHO_TOKENS) -> str:
     A span is copied when ``n`` or more consecutive tokens of ``text`` (numbers compared by
     value, words without case, whitespace and punctuation ignored) occur in that order in a
     source."""
+    toks = _tokens(text)
+    numbers = {t[0] for t in toks if t[3]}
+    if not numbers:
+        return text
+    # an echo carries a number: only a source holding one of the text's numbers can be copied
+    # (a cheap scan; most prompts share none with the answer, and are never tokenized)
+    sources = [s for s in sources if not numbers.isdisjoint(_number_keys(s))]
     all_grams = [g for g in (_grams(source, n) for source in sources) if g]
     if not all_grams:
         return text
     grams = all_grams[0] if len(all_grams) == 1 else frozenset().union(*all_grams)
-    toks = _tokens(text)
     copied = [False] * len(toks)
     for i in range(len(toks) - n + 1):
         window = toks[i : i + n]
