@@ -391,9 +391,9 @@ class _Outage(Agent):
 
 
 def _heldout(tmp_path: Path, always: bool, policy: str = "exclude") -> Any:
-    from envlab.cli.train_heldout import Contender, evaluate_heldout
     from envlab.envs.triage import TriageEnv
     from envlab.train.decision import decision
+    from envlab.train.heldout import Contender, evaluate_heldout
 
     spec = TriageEnv()
     tasks = spec.tasks(n=60, split="test")

@@ -26,8 +26,8 @@ from envlab.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from envlab.cli.train_heldout import Contender, Heldout
     from envlab.core import EnvSpec, TaskSet
+    from envlab.train.heldout import Contender, Heldout
     from envlab.train.learner import Learner
     from envlab.train.loop import TrainResult
 
@@ -55,8 +55,8 @@ def open_learner(name: str, spec: EnvSpec, tasks: TaskSet, args: dict[str, Any])
 
 def _contenders(learner_name: str, result: TrainResult, learner: Learner) -> list[Contender]:
     """The trained policy first, then the baselines of its kind."""
-    from envlab.cli.train_heldout import Contender
     from envlab.train.checkpoint import latest_checkpoint
+    from envlab.train.heldout import Contender
 
     if learner_name != "decision":
         return [Contender("trained", learner.policy())]
@@ -144,7 +144,7 @@ def train_cmd(
     progress = TrainProgress(enabled=not no_progress and not as_json)
 
     async def run() -> tuple[TrainResult, Heldout | None]:
-        from envlab.cli.train_heldout import evaluate_heldout
+        from envlab.train.heldout import evaluate_heldout
 
         with progress:
             result = await train(

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from envlab.tour.invoices import TOUR_ENVS
 
 if TYPE_CHECKING:
-    from envlab.cli.train_heldout import Contender, Heldout
     from envlab.core import AgentFactory
+    from envlab.train.heldout import Contender, Heldout
     from envlab.train.loop import TrainResult
     from envlab.vet.model import EnvVet
 
@@ -109,9 +109,9 @@ async def train_step(cfg: TourConfig, say: Say) -> TrainResult:
 
 def _baselines(train_dir: Path) -> list[Contender]:
     from envlab.agents import load_agent
-    from envlab.cli.train_heldout import Contender
     from envlab.train.checkpoint import latest_checkpoint
     from envlab.train.decision import decision
+    from envlab.train.heldout import Contender
 
     ckpt = latest_checkpoint(train_dir)
     return [
@@ -133,8 +133,8 @@ async def measure_step(
 ) -> tuple[Heldout, Heldout | None]:
     """The held-out comparisons: the baselines on ``heldout_tasks`` tasks; then the embedded
     model against the trained policy on the first ``model_tasks`` of them."""
-    from envlab.cli.train_heldout import evaluate_heldout
     from envlab.envs.triage import TriageEnv
+    from envlab.train.heldout import evaluate_heldout
 
     spec = TriageEnv()
     held = spec.tasks(seed=cfg.seed, n=cfg.heldout_tasks, split="test")
@@ -148,7 +148,7 @@ async def measure_step(
         return heldout, None
     few = spec.tasks(seed=cfg.seed, n=cfg.model_tasks, split="test")
     say(f"measuring the embedded SmolLM2-135M on the first {cfg.model_tasks} of them")
-    from envlab.cli.train_heldout import Contender
+    from envlab.train.heldout import Contender
 
     contenders = [_baselines(train_dir)[0], Contender("smollm2", embedded_model())]
     model_heldout = await _closing(
