@@ -135,6 +135,9 @@ class ModelHTTP:
         self._headers = {"Accept": "application/json", "User-Agent": "envlab"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        self._json_headers = {**self._headers, "Content-Type": "application/json"}
+        self._checked: set[str] = set()  # URLs found on this client's endpoint
+        self._timeouts: dict[float | None, aiohttp.ClientTimeout] = {}
         self._transport = transport
         self._ssl: ssl.SSLContext | bool = (
             _ssl_context() if self._origin[0] == "https" and transport is None else False
@@ -182,8 +185,10 @@ class ModelHTTP:
         timeout = timeout_s if timeout_s is not None else self.timeout_s
         if self._transport is not None:
             return await self._via_transport(method, url, json_body, timeout)
-        if _origin(url) != self._origin:
-            raise ValueError(f"{url} is not on this client's endpoint {self._origin}")
+        if url not in self._checked:
+            if _origin(url) != self._origin:
+                raise ValueError(f"{url} is not on this client's endpoint {self._origin}")
+            self._checked.add(url)
         return await self._via_aiohttp(method, url, json_body, timeout)
 
     async def _via_aiohttp(
@@ -193,12 +198,12 @@ class ModelHTTP:
 
         if self._session is None:
             self._session = self._new_session()
-        headers = self._headers
-        if body is not None:
-            headers = {**headers, "Content-Type": "application/json"}
-        limits = aiohttp.ClientTimeout(
-            total=None, connect=timeout, sock_connect=self.connect_timeout_s, sock_read=timeout
-        )
+        headers = self._headers if body is None else self._json_headers
+        limits = self._timeouts.get(timeout)
+        if limits is None:
+            limits = self._timeouts[timeout] = aiohttp.ClientTimeout(
+                total=None, connect=timeout, sock_connect=self.connect_timeout_s, sock_read=timeout
+            )
         try:
             async with self._session.request(
                 method, url, data=body, headers=headers, timeout=limits, proxy=self._proxy
