@@ -307,3 +307,65 @@ async def test_an_endpoint_behind_a_proxy_from_the_environment_goes_through_it(
     async with OpenAICompatModel("m", "http://model.invalid:8000/v1") as model:
         assert (await model.chat(MSGS)).text == "via proxy"
     assert fake.requests[0]["model"] == "m"
+
+
+class _EndlessReply:
+    """A real server on 127.0.0.1 that answers every request with a body that never ends
+    (chunked, 64 KiB chunks until the client hangs up), or with a ``Content-Length`` far over
+    any cap: an agent's own model endpoint trying to fill the runner's memory."""
+
+    def __init__(self, declared: bool) -> None:
+        import socket
+        import threading
+
+        self.declared = declared
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.base_url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        self.sent = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                head = (
+                    "Content-Length: 10000000000" if self.declared else "Transfer-Encoding: chunked"
+                )
+                conn.sendall(
+                    f"HTTP/1.1 200 OK\r\n{head}\r\nContent-Type: application/json\r\n\r\n".encode()
+                )
+                chunk = b"10000\r\n" + b"x" * 0x10000 + b"\r\n"
+                try:
+                    while self.sent < 1 << 30:  # 1 GiB at most, whatever the client does
+                        conn.sendall(chunk)
+                        self.sent += len(chunk)
+                except OSError:
+                    continue
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.mark.parametrize("declared", [False, True], ids=["chunked-forever", "content-length"])
+async def test_a_reply_that_never_ends_is_refused_at_the_cap(declared: bool) -> None:
+    from envlab.models.http import TransportError
+
+    server = _EndlessReply(declared)
+    try:
+        async with ModelHTTP(server.base_url, max_reply_bytes=1 << 20) as client:
+            with pytest.raises(TransportError, match=r"more than|over"):
+                url = f"{server.base_url}/chat/completions"
+                await client.request("POST", url, json_body=b"{}")
+        async with OpenAICompatModel("m", server.base_url, retry=FAST) as model:
+            model._http().max_reply_bytes = 1 << 20
+            with pytest.raises(InfraError, match=r"more than|over"):
+                await model.chat(MSGS)  # the agent's model failure, once retries run out
+    finally:
+        server.close()
+    assert server.sent < 64 << 20  # the client hung up near the cap, not at the server's end

@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     import httpx
 
 
+MAX_REPLY_BYTES = 64 << 20
+"""A model's reply larger than this is refused (a chat completion is kilobytes)."""
+
+
 class TransportError(Exception):
     """The request did not get a whole HTTP reply: no connection, a lost one, or not HTTP."""
 
@@ -112,7 +116,8 @@ class ModelHTTP:
     bounds the wait for a response (per request: ``request(timeout_s=)``; the time between
     bytes of a response, and the wait for a free connection), ``connect_timeout_s`` opening a
     connection; ``max_connections`` caps the pool (``None``: one connection per request in
-    flight, kept for the next). ``transport`` (e.g. ``httpx.ASGITransport``) replaces the
+    flight, kept for the next); a reply over ``max_reply_bytes`` is a ``TransportError``.
+    ``transport`` (e.g. ``httpx.ASGITransport``) replaces the
     network.
     """
 
@@ -125,8 +130,10 @@ class ModelHTTP:
         connect_timeout_s: float | None = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
         max_connections: int | None = None,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
     ) -> None:
         self.timeout_s = timeout_s
+        self.max_reply_bytes = max_reply_bytes
         self.connect_timeout_s = connect_timeout_s
         self.closed = False
         self._origin = _origin(base_url)
@@ -208,13 +215,28 @@ class ModelHTTP:
             async with self._session.request(
                 method, url, data=body, headers=headers, timeout=limits, proxy=self._proxy
             ) as resp:
-                content = await resp.read()
+                content = await self._body(resp, url)
                 # names lower-cased; a repeated header keeps its last value
                 return Reply(resp.status, {k.lower(): v for k, v in resp.headers.items()}, content)
         except TimeoutError as e:
             raise RequestTimeout(f"ReadTimeout: no reply from {url} within {timeout}s") from e
         except aiohttp.ClientError as e:
             raise TransportError(_describe(e)) from e
+
+    async def _body(self, resp: aiohttp.ClientResponse, url: str) -> bytes:
+        """The reply's body, refused past ``max_reply_bytes`` (an endpoint that streams without
+        end would fill this process's memory)."""
+        cap = self.max_reply_bytes
+        if (resp.content_length or 0) > cap:
+            raise TransportError(f"{url} sent a reply of {resp.content_length} bytes, over {cap}")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in resp.content.iter_chunked(1 << 16):
+            size += len(chunk)
+            if size > cap:
+                raise TransportError(f"{url} sent a reply of more than {cap} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def _via_transport(
         self, method: str, url: str, body: bytes | None, timeout: float | None
