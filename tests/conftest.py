@@ -3,6 +3,9 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # the suite's task folders are written for the host-filesystem mode; the image tests ask for
@@ -11,6 +14,8 @@ os.environ.setdefault("ENVLAB_IMAGES", "off")
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.support.scheduling import make_scheduler, rank  # noqa: E402
+
 
 def subprocess_env() -> dict[str, str]:
     """Environment for a child ``envlab`` process that can import ``tests.support``."""
@@ -18,3 +23,22 @@ def subprocess_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["COLUMNS"] = "200"
     return env
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest xdist groups first (a stable sort: the rest keep their order)."""
+    items.sort(key=lambda item: rank(item.nodeid))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` deals ``tests.support.scheduling``'s groups."""
+    return make_scheduler(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per CPU this process may use, at most 4 (each worker holds its
+    own models and image bases; more workers than cores only add their start-up)."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
