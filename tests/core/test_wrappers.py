@@ -16,6 +16,7 @@ from envlab.core import (
     AgentSpec,
     ConfigError,
     Environment,
+    EpisodeLimits,
     EpisodeOrderError,
     EpisodeTimeExceeded,
     EpisodeTimeLimit,
@@ -291,21 +292,57 @@ async def test_a_wrapper_passes_every_method_on_explicitly() -> None:
     assert not hasattr(env, "results") and hasattr(inner, "results")
 
 
-def test_the_engines_limits_are_wrappers_with_order_checks_outermost() -> None:
+def test_the_engines_limits_are_one_wrapper_of_all_three() -> None:
     episode = CalcEnv().new_episode()
     env = wrap_for_limits(episode, Limits(max_steps=7, episode_timeout_s=30.0))
-    assert [type(e) for e in layers(env)] == [
-        OrderEnforcing,
-        StepLimit,
-        EpisodeTimeLimit,
-        CalcEpisode,
-    ]
-    step_limit, time_limit = layers(env)[1:3]
-    assert isinstance(step_limit, StepLimit) and step_limit.max_steps == 7
-    assert isinstance(time_limit, EpisodeTimeLimit) and time_limit.seconds == 30.0
+    assert [type(e) for e in layers(env)] == [EpisodeLimits, CalcEpisode]
+    assert isinstance(env, EpisodeLimits) and (env.max_steps, env.seconds) == (7, 30.0)
     assert env.unwrapped is episode
     bare = wrap_for_limits(episode, Limits(max_steps=None, episode_timeout_s=None))
-    assert [type(e) for e in layers(bare)] == [OrderEnforcing, CalcEpisode]
+    assert isinstance(bare, EpisodeLimits) and (bare.max_steps, bare.seconds) == (None, None)
+
+
+async def test_the_engines_one_wrapper_checks_as_the_three_composed_do() -> None:
+    """``EpisodeLimits`` is ``OrderEnforcing(StepLimit(EpisodeTimeLimit(env)))`` in one layer:
+    the same order checks, truncation and late-step refusal, with the same messages."""
+    inner = Counter()
+    env = EpisodeLimits(inner, max_steps=2)
+    with pytest.raises(EpisodeOrderError, match=r"step\(\) called before reset\(\)"):
+        await env.step(Action(text="x"))
+    for what in ("grade", "regrade"):
+        with pytest.raises(EpisodeOrderError, match=rf"^{what}\(\) called before reset\(\)"):
+            await getattr(env, what)()
+    await env.reset(TASK)
+    with pytest.raises(EpisodeOrderError, match=r"reset\(\) called twice.*spec\.new_episode"):
+        await env.reset(TASK)
+    assert not (await env.step(Action(text="x"))).truncated
+    res = await env.step(Action(text="x"))
+    assert res.truncated and res.info["truncated_by"] == "StepLimit(max_steps=2)"
+    with pytest.raises(EpisodeOrderError, match="after the episode ended"):
+        await env.step(Action(text="x"))
+    assert inner.n == 2 and inner.resets == 1 and (await env.grade()).total == 1.0
+    done = EpisodeLimits(Counter(done_at=1), max_steps=1)
+    await done.reset(TASK)
+    res = await done.step(Action(text="x"))
+    assert res.done and not res.truncated and "truncated_by" not in res.info
+    with pytest.raises(ConfigError, match="max_steps >= 1, got 0"):
+        EpisodeLimits(Counter(), max_steps=0)
+    with pytest.raises(ConfigError, match="seconds > 0, got 0"):
+        EpisodeLimits(Counter(), seconds=0)
+
+
+async def test_the_engines_one_wrapper_refuses_a_late_step() -> None:
+    clock = FakeClock()
+    inner = SlowReset(clock)
+    env = EpisodeLimits(inner, seconds=10.0, clock=clock)
+    await env.reset(TASK)
+    assert env.elapsed() == 0.0, "the reset's own time is not the agent's"
+    clock.now += 9.5
+    assert not (await env.step(Action(text="x"))).done
+    clock.now += 1.0
+    with pytest.raises(EpisodeTimeExceeded, match=r"used 10\.5s of its time.*10\.0s"):
+        await env.step(Action(text="x"))
+    assert inner.n == 1, "the late step is not applied"
 
 
 async def test_a_wrapped_spec_runs_in_the_engine_under_its_own_hash() -> None:

@@ -44,6 +44,7 @@ from envlab.core.trajectory import (
 )
 from envlab.core.types import Action, Observation, StepResult, Task, TaskSet, ToolCall, ToolResult
 from envlab.core.wrappers import (
+    EpisodeLimits,
     EpisodeTimeLimit,
     OrderEnforcing,
     StepLimit,
@@ -65,6 +66,7 @@ __all__ = [
     "EnvlabError",
     "EpisodeContext",
     "EpisodeError",
+    "EpisodeLimits",
     "EpisodeOrderError",
     "EpisodeRecord",
     "EpisodeTimeExceeded",

@@ -162,6 +162,8 @@ def validate_reward(reward: Reward, reward_range: tuple[float, float] | None = N
     """The one rule for a valid grade: the total and every component a finite number in
     ``reward_range`` (default [0, 1]); returned normalised to [0, 1]. Anything else raises
     ``GraderFailed`` naming the value: it is never scored as given and never excluded."""
+    if reward_range is None and _already_valid(reward):
+        return reward  # what normalising to [0, 1] would build is equal to it
     low, high = reward_range if reward_range is not None else (0.0, 1.0)
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
         raise GraderFailed(f"the task declares reward_range {reward_range!r}; it needs low < high")
@@ -178,6 +180,20 @@ def validate_reward(reward: Reward, reward_range: tuple[float, float] | None = N
     return Reward.model_construct(
         total=total, components=components, gated_by=reward.gated_by, details=reward.details
     )
+
+
+def _already_valid(reward: Reward) -> bool:
+    """A plain ``Reward`` whose total and components are floats in [0, 1] already (not NaN,
+    not a bool, not -0.0, nothing to clamp): normalising it to [0, 1] changes no value."""
+    if type(reward) is not Reward or not _unit_float(reward.total):
+        return False
+    return all(map(_unit_float, reward.components.values()))
+
+
+def _unit_float(x: object) -> bool:
+    if type(x) is not float or not 0.0 <= x <= 1.0:
+        return False
+    return x != 0.0 or math.copysign(1.0, x) > 0
 
 
 def reward_range_of(metadata: dict[str, Any]) -> tuple[float, float] | None:

@@ -31,7 +31,10 @@ class Status(StrEnum):
 
     @property
     def scored(self) -> bool:
-        return self not in (Status.ENV_ERROR, Status.INFRA_ERROR)
+        return self is not _ENV_ERROR and self is not _INFRA_ERROR
+
+
+_ENV_ERROR, _INFRA_ERROR = Status.ENV_ERROR, Status.INFRA_ERROR  # members are singletons
 
 
 class AgentSpec(BaseModel):
@@ -208,8 +211,8 @@ class Trajectory:
         # is written as its repr rather than losing the episode; text that is not valid Unicode
         # (a lone surrogate, from an environment's or a transcript's strings) is written with
         # U+FFFD in its place rather than losing the episode, or the run
-        try:
-            return _ADAPTER.dump_json(self, fallback=repr)
+        try:  # the adapter's serializer itself: ``dump_json``'s defaults, without its wrapper
+            return _SERIALIZER.to_json(self, fallback=repr)
         except PydanticSerializationError:
             plain = valid_text(_ADAPTER.dump_python(self, mode="json", fallback=repr))
             return json.dumps(plain, ensure_ascii=False, separators=(",", ":")).encode()
@@ -219,7 +222,7 @@ class Trajectory:
             self.episode_id,
             self.task_id,
             self.sample_index,
-            self.status.value,
+            self.status._value_,
             self.reward,
             self.n_steps,
             self.tool_errors,
@@ -233,3 +236,4 @@ class Trajectory:
 
 
 _ADAPTER: TypeAdapter[Trajectory] = TypeAdapter(Trajectory)
+_SERIALIZER = _ADAPTER.serializer

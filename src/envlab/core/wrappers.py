@@ -34,6 +34,35 @@ Awaiting = Coroutine[Any, Any, _T]
 """What ``await`` takes: an ``async def``'s result, or the one a pass-through hands on."""
 
 
+_RESET_TWICE = (
+    "reset() called twice: an environment serves one episode; ask the spec for a fresh one "
+    "(spec.new_episode())"
+)
+_STEP_BEFORE_RESET = "step() called before reset(); call reset(task) first"
+_STEP_AFTER_END = (
+    "step() called after the episode ended (done or truncated); grade() it, close() it, and "
+    "start a new episode from the spec"
+)
+
+
+def _grade_before_reset(what: str) -> EpisodeOrderError:
+    return EpisodeOrderError(f"{what}() called before reset(): there is no episode to grade")
+
+
+def _too_late(used: float, seconds: float) -> EpisodeTimeExceeded:
+    return EpisodeTimeExceeded(
+        f"the agent used {used:.1f}s of its time, more than the episode's {seconds}s "
+        "(EpisodeTimeLimit)"
+    )
+
+
+def _truncate(result: StepResult, max_steps: int) -> None:
+    """``StepLimit``'s end of an episode at its last step, unless it ended by itself."""
+    if not result.done and not result.truncated:
+        result.truncated = True
+        result.info["truncated_by"] = f"StepLimit(max_steps={max_steps})"
+
+
 class Wrapper(Environment):
     """An environment that passes everything on to ``env``; subclasses change what they need."""
 
@@ -100,9 +129,8 @@ class StepLimit(Wrapper):
     async def step(self, action: Action) -> StepResult:
         result = await self.env.step(action)
         self.n_steps += 1
-        if self.n_steps >= self.max_steps and not result.done and not result.truncated:
-            result.truncated = True
-            result.info["truncated_by"] = f"StepLimit(max_steps={self.max_steps})"
+        if self.n_steps >= self.max_steps:
+            _truncate(result, self.max_steps)
         return result
 
 
@@ -137,10 +165,7 @@ class EpisodeTimeLimit(Wrapper):
 
     def step(self, action: Action) -> Awaiting[StepResult]:
         if self._started is not None and (used := self._clock() - self._started) > self.seconds:
-            raise EpisodeTimeExceeded(
-                f"the agent used {used:.1f}s of its time, more than the episode's "
-                f"{self.seconds}s (EpisodeTimeLimit)"
-            )
+            raise _too_late(used, self.seconds)
         return self.env.step(action)
 
 
@@ -161,21 +186,15 @@ class OrderEnforcing(Wrapper):
 
     def reset(self, task: Task, seed: int | None = None) -> Awaiting[Observation]:
         if self._reset:
-            raise EpisodeOrderError(
-                "reset() called twice: an environment serves one episode; ask the spec for a "
-                "fresh one (spec.new_episode())"
-            )
+            raise EpisodeOrderError(_RESET_TWICE)
         self._reset = True
         return self.env.reset(task, seed)
 
     async def step(self, action: Action) -> StepResult:
         if not self._reset:
-            raise EpisodeOrderError("step() called before reset(); call reset(task) first")
+            raise EpisodeOrderError(_STEP_BEFORE_RESET)
         if self._ended:
-            raise EpisodeOrderError(
-                "step() called after the episode ended (done or truncated); grade() it, "
-                "close() it, and start a new episode from the spec"
-            )
+            raise EpisodeOrderError(_STEP_AFTER_END)
         result = await self.env.step(action)
         self._ended = result.done or result.truncated
         return result
@@ -190,7 +209,76 @@ class OrderEnforcing(Wrapper):
 
     def _check_graded(self, what: str) -> None:
         if not self._reset:
-            raise EpisodeOrderError(f"{what}() called before reset(): there is no episode to grade")
+            raise _grade_before_reset(what)
+
+
+class EpisodeLimits(Wrapper):
+    """The engine's own limits in one layer: ``OrderEnforcing(StepLimit(EpisodeTimeLimit(env)))``
+    with the same checks, in the same order, and the same errors and ``truncated_by``.
+
+    One frame per call instead of three: ``wrap_for_limits`` gives every episode of a run this
+    layer (``None``: that limit is off). The three wrappers stay for composing by hand."""
+
+    __slots__ = ("_clock", "_ended", "_reset", "_started", "max_steps", "n_steps", "seconds")
+
+    def __init__(
+        self,
+        env: Environment,
+        *,
+        max_steps: int | None = None,
+        seconds: float | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if max_steps is not None and max_steps < 1:
+            raise ConfigError(f"StepLimit needs max_steps >= 1, got {max_steps}")
+        if seconds is not None and seconds <= 0:
+            raise ConfigError(f"EpisodeTimeLimit needs seconds > 0, got {seconds}")
+        self.env = env
+        self.max_steps, self.seconds = max_steps, seconds
+        self._clock = clock or _agent_seconds
+        self.n_steps = 0
+        self._reset = self._ended = False
+        self._started: float | None = None
+
+    async def reset(self, task: Task, seed: int | None = None) -> Observation:
+        if self._reset:
+            raise EpisodeOrderError(_RESET_TWICE)
+        self._reset = True
+        self.n_steps = 0
+        obs = await self.env.reset(task, seed)
+        if self.seconds is not None:
+            self._started = self._clock()  # building the workspace is not the agent's time
+        return obs
+
+    def elapsed(self) -> float:
+        return 0.0 if self._started is None else self._clock() - self._started
+
+    async def step(self, action: Action) -> StepResult:
+        if not self._reset:
+            raise EpisodeOrderError(_STEP_BEFORE_RESET)
+        if self._ended:
+            raise EpisodeOrderError(_STEP_AFTER_END)
+        started, seconds = self._started, self.seconds
+        if started is not None and seconds is not None:
+            used = self._clock() - started
+            if used > seconds:
+                raise _too_late(used, seconds)
+        result = await self.env.step(action)
+        self.n_steps += 1
+        if self.max_steps is not None and self.n_steps >= self.max_steps:
+            _truncate(result, self.max_steps)
+        self._ended = result.done or result.truncated
+        return result
+
+    def grade(self) -> Awaiting[Reward | None]:
+        if not self._reset:
+            raise _grade_before_reset("grade")
+        return self.env.grade()
+
+    def regrade(self) -> Awaiting[Reward | None]:
+        if not self._reset:
+            raise _grade_before_reset("regrade")
+        return self.env.regrade()
 
 
 class WrappedSpec(EnvSpec):

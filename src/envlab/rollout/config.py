@@ -10,12 +10,10 @@ from typing import Any
 from envlab.core import (
     ConfigError,
     Environment,
-    EpisodeTimeLimit,
+    EpisodeLimits,
     Limits,
     ModelFailures,
-    OrderEnforcing,
     Reward,
-    StepLimit,
     ToolEnv,
 )
 
@@ -74,13 +72,10 @@ def describe_exception(e: BaseException) -> str:
 
 
 def wrap_for_limits(env: Environment, limits: Limits) -> Environment:
-    """The engine's own limits, as wrappers: order checks outside, then steps, then time.
+    """The engine's own limits as one wrapper (``EpisodeLimits``: order checks, then steps,
+    then time, as ``OrderEnforcing(StepLimit(EpisodeTimeLimit(env)))`` would).
     A ``ToolEnv`` also gets the episode's limits for its tool calls' budget (the user's
     overrides included), before its reset reads them."""
     if isinstance(env, ToolEnv):
         env.episode_limits = limits
-    if limits.episode_timeout_s is not None:
-        env = EpisodeTimeLimit(env, seconds=limits.episode_timeout_s)
-    if limits.max_steps is not None:
-        env = StepLimit(env, max_steps=limits.max_steps)
-    return OrderEnforcing(env)
+    return EpisodeLimits(env, max_steps=limits.max_steps, seconds=limits.episode_timeout_s)

@@ -53,12 +53,11 @@ class Deadlines:
         Returns the deadline that was set (on the task's clock), or ``None`` for no limit.
         """
         clock = self._clocks.get(task)
-        offset = 0.0
-        now = time.monotonic()
-        if clock is not None:
-            offset = clock.waited_s
-            if clock.since is not None:  # paused: the agent's clock stands still
-                now = clock.since
+        if clock is None:
+            offset, paused = 0.0, None
+        else:
+            offset, paused = clock.waited_s, clock.since
+        now = time.monotonic() if paused is None else paused  # paused: the clock stands still
         deadline = None if seconds is None else now - offset + seconds
         if cap is not None and (deadline is None or cap < deadline):
             deadline, reason = cap, cap_reason or reason
@@ -68,8 +67,8 @@ class Deadlines:
                 clock.parked = None
             return None
         entry = (deadline + offset, reason, pausable)
-        if clock is not None and clock.since is not None and pausable:
-            clock.parked = entry  # takes effect when the pause ends
+        if paused is not None and pausable:
+            clock.parked = entry  # type: ignore[union-attr]  # takes effect when the pause ends
         else:
             self._deadlines[task] = entry
             if clock is not None:

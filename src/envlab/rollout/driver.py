@@ -111,11 +111,14 @@ async def run_episodes(
     config: EpisodeConfig | None = None,
     concurrency: int = 8,
     on_trajectory: Callable[[PlannedEpisode, Trajectory], None] | None = None,
+    collect: bool = True,
 ) -> list[Trajectory]:
     """Run ``episodes`` on ``concurrency`` workers; ``on_trajectory`` sees each as it ends.
 
-    Returns the trajectories in plan order. If ``on_trajectory`` raises (a full disk), the
-    other episodes are cancelled, close what they hold, and the error propagates."""
+    Returns the trajectories in plan order; with ``collect=False``, none (a caller that keeps
+    what it needs in ``on_trajectory``, as ``rollout`` does, holds no run in memory). If
+    ``on_trajectory`` raises (a full disk), the other episodes are cancelled, close what they
+    hold, and the error propagates."""
     if concurrency < 1:
         raise ConfigError(f"--concurrency must be >= 1, got {concurrency}")
     plan = list(episodes)
@@ -123,13 +126,14 @@ async def run_episodes(
     # what the episodes share (images, workspaces) is built now, never inside a reset limit
     await spec.prepare(list({p.task.id: p.task for p in plan}.values()))
     env_hash = spec.content_hash()
-    results: list[Trajectory | None] = [None] * len(plan)
+    results: list[Trajectory | None] = [None] * len(plan) if collect else []
     work = iter(enumerate(plan))
 
     async def worker() -> None:
         for i, planned in work:
             traj = await run_episode(spec, planned, config=config, env_hash=env_hash)
-            results[i] = traj
+            if collect:
+                results[i] = traj
             if on_trajectory is not None:
                 on_trajectory(planned, traj)
 

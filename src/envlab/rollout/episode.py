@@ -63,6 +63,7 @@ class Attempt:
         "agent_s",
         "agent_spec",
         "cfg",
+        "dl",
         "env",
         "env_s",
         "error",
@@ -70,6 +71,7 @@ class Attempt:
         "info",
         "limits",
         "make_agent",
+        "me",
         "messages",
         "phase",
         "seed",
@@ -112,12 +114,12 @@ class Attempt:
         started, t0 = time.time(), time.perf_counter()
         me = asyncio.current_task()
         assert me is not None, "an episode must run inside an asyncio task"
-        dl = deadlines()
+        self.me, self.dl = me, (dl := deadlines())
         clock = dl.agent_clock(me, wait_limit=self.cfg.wait_timeout)
         token = install_agent_clock(clock)
         policy = install_model_failures(self.cfg.model_failures)
         try:
-            await self._play(me, clock)
+            await self._play(clock)
         except asyncio.CancelledError:
             reason = dl.expired(me)
             if reason is None:  # a real cancellation (shutdown, Ctrl-C): release, go on with it
@@ -148,12 +150,11 @@ class Attempt:
         return self._trajectory(reward, grader_failed, timings)
 
     # --- the phases ---------------------------------------------------------------------------
-    async def _play(self, me: asyncio.Task[Any], clock: EpisodeClock) -> None:
-        obs, ctx = await self._reset(me)
+    async def _play(self, clock: EpisodeClock) -> None:
+        obs, ctx = await self._reset()
         t = time.perf_counter()
         clock.start()  # the agent's time starts now: building the workspace was not its time
-        lim = self.limits
-        dl = deadlines()
+        lim, dl, me = self.limits, self.dl, self.me
         episode_deadline = dl.set(me, lim.episode_timeout_s, "episode", pausable=True)
         self.phase = "start"
         assert self.agent is not None
@@ -177,8 +178,8 @@ class Attempt:
                 self.status = Status.TRUNCATED
                 return
 
-    async def _reset(self, me: asyncio.Task[Any]) -> tuple[Observation, EpisodeContext]:
-        deadlines().set(me, self.limits.reset_timeout_s, "reset")
+    async def _reset(self) -> tuple[Observation, EpisodeContext]:
+        self.dl.set(self.me, self.limits.reset_timeout_s, "reset")
         t = time.perf_counter()
         self.phase = "start"
         self.agent = self.make_agent()
@@ -300,7 +301,7 @@ class Attempt:
 
     # --- failures -----------------------------------------------------------------------------
     def _failed(self, e: Exception, me: asyncio.Task[Any], clock: EpisodeClock) -> None:
-        reason = deadlines().expired(me)  # the party may have turned our cancel into its error
+        reason = self.dl.expired(me)  # the party may have turned our cancel into its error
         if reason is not None:
             me.uncancel()
             self._timed_out(reason, clock)

@@ -154,7 +154,9 @@ async def _run_plan(
             address=ray_address,
         )  # fmt: skip
     else:
-        await run_episodes(spec, todo, config=cfg, concurrency=concurrency, on_trajectory=keep)
+        await run_episodes(
+            spec, todo, config=cfg, concurrency=concurrency, on_trajectory=keep, collect=False
+        )
 
 
 def _plan(
