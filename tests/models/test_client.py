@@ -236,7 +236,7 @@ async def test_a_borrowed_client_is_shared_and_left_open(fake: FakeOpenAI) -> No
             await model.aclose()
             assert not shared.closed  # the next episode's model uses it too
     # the second request reused the kept-alive connection
-    assert len(fake.connections) == 1 and shared.connections_opened == 1
+    assert len(fake.connections) == 1
     with pytest.raises(ValueError, match="client="):
         OpenAICompatModel("m", fake.base_url, client=shared, api_key="sk")
 

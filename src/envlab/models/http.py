@@ -152,28 +152,16 @@ class ModelHTTP:
         self._max_connections = max_connections
         self._proxy = _proxy_for(base_url) if transport is None else None
         self._session: aiohttp.ClientSession | None = None
-        self._opened = 0
-
-    @property
-    def connections_opened(self) -> int:
-        """TCP connections this client has opened so far."""
-        return self._opened
 
     def _new_session(self) -> aiohttp.ClientSession:
         import aiohttp
 
-        async def opened(*_: object) -> None:
-            self._opened += 1
-
-        trace = aiohttp.TraceConfig()
-        trace.on_connection_create_end.append(opened)
         connector = aiohttp.TCPConnector(
             limit=self._max_connections or 0, ssl=self._ssl, keepalive_timeout=30.0
         )
         return aiohttp.ClientSession(
             connector=connector,
             trust_env=False,
-            trace_configs=[trace],
             skip_auto_headers=("Accept-Encoding",),
             auto_decompress=True,
         )
