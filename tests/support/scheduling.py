@@ -60,8 +60,12 @@ def rank(nodeid: str) -> int:
 
 
 def make_scheduler(config: Any, log: Any) -> Any:
-    """xdist's ``loadgroup`` scheduler with the groups of ``group_of``."""
+    """xdist's ``loadgroup`` scheduler with the groups of ``group_of``, dealt in collection
+    order (conftest sorts the long ones first; xdist's own order, most tests first, dealt the
+    examples' 5 long tests last: measured, they then ran alone at the end of the run)."""
     from xdist.scheduler import LoadGroupScheduling
+
+    config.option.loadscopereorder = False
 
     class GroupScheduling(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
