@@ -107,8 +107,8 @@ def test_the_prompt_scan_that_skips_tokenizing_never_changes_a_mask(
     from envlab.envs import answers
 
     rng = random.Random(7)
-    vocab = ["3", "-3", "−3", "14", "1,400", "0.5", ".5", "2/3", "boxes", "Fatima", "answer",
-             "is", "=", "+", "-", "*", "(", ")", "$", "%", "x", "(-3)", "10 / 2", "3 boxes"]  # fmt: skip
+    vocab = ["3", "-3", "−3", "14", "1,400", "0.5", ".5", "2/3", "boxes", "Fatima", "answer"]
+    vocab += ["is", "=", "+", "-", "*", "(", ")", "$", "%", "x", "(-3)", "10 / 2", "3 boxes"]
 
     def phrase(k: int) -> str:
         return " ".join(rng.choice(vocab) for _ in range(rng.randint(1, k)))
