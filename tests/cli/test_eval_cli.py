@@ -174,3 +174,4 @@ def test_episodes_that_time_out_on_a_model_endpoint_say_where_the_time_went(
     hint = " ".join(r.stdout.split())
     assert "2 of 2 episodes ran out of time waiting on the model at" in hint, hint
     assert "--concurrency 1" in hint and "--step-timeout" in hint
+    assert "pip install -e '.[local]'" in hint  # printed as written, not read as markup

@@ -121,17 +121,27 @@ def print_failures(ev: Evaluation, *, to_stderr: bool = False) -> None:
 
 
 def _timeout_hint(ev: Evaluation, console: Console) -> None:
-    """Episodes of a model behind an endpoint that ran out of time: where the time went."""
+    """Episodes of a model agent that ran out of time: where the time went, what to change."""
     n = ev.summary.status_counts.get("timeout", 0)
     endpoint = ev.result.info.agent.endpoint
     if not n or not endpoint:
         return
+    faster = "use a faster engine (pip install -e '.[local]': llama.cpp)"
+    if endpoint.startswith("in-process"):  # its queue is off the clock: the generation was slow
+        advice = (
+            f"the embedded model's own generation took longer than the step limit (its wait "
+            f"for the shared model is not counted): allow each step more time "
+            f"(--step-timeout 300) or {faster}."
+        )
+    else:
+        advice = (
+            "a server that answers one request at a time (envlab serve-model, llama.cpp's) "
+            "queues the episodes in flight: run fewer at once (--concurrency 1), allow each "
+            f"step more time (--step-timeout 300), or {faster}."
+        )
     console.print(
         f"[yellow]hint:[/] {n} of {ev.summary.n_episodes} episodes ran out of time waiting on "
-        f"the model at {escape(endpoint)} (its time is the agent's: scored 0). A server that "
-        "answers one request at a time (envlab serve-model, llama.cpp's) queues the episodes "
-        "in flight: run fewer at once (--concurrency 1), allow each step more time "
-        "(--step-timeout 300), or use a faster engine (pip install -e '.[local]': llama.cpp)."
+        f"the model at {escape(endpoint)} (its time is the agent's: scored 0); {escape(advice)}"
     )
 
 
