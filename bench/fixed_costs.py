@@ -83,6 +83,7 @@ def interleave(
 def sandbox_section(rounds: int) -> Row:
     from envlab.sandbox import BubblewrapSandbox
     from envlab.sandbox.gate import seccomp_fd
+    from sandbox import same_argv
 
     async def envlab_once() -> None:
         box = await BubblewrapSandbox.create()
@@ -102,10 +103,7 @@ def sandbox_section(rounds: int) -> Row:
     def floor_once() -> None:
         fd = seccomp_fd()
         try:
-            argv = held._argv(["true"], held.env, held.workdir, [], -1, -1, fd)
-            for opt in ("--json-status-fd", "--block-fd"):
-                i = argv.index(opt)
-                argv = argv[:i] + argv[i + 2 :]
+            argv = same_argv(held, fd)
             subprocess.run(argv, check=True, pass_fds=[fd], preexec_fn=set_limits)
         finally:
             os.close(fd)

@@ -88,11 +88,11 @@ async def envlab_once() -> None:
         await box.close()
 
 
-def same_argv(box: BubblewrapSandbox) -> list[str]:
+def same_argv(box: BubblewrapSandbox, seccomp_fd: int | None = None) -> list[str]:
     """The command line ``box`` runs for ``exec(["true"])``, without its status and start-gate
-    pipes (so also without the rlimits the gate sets)."""
-    argv = box._argv(["true"], box.env, box.workdir, [], status_fd=-1, block_fd=-1)
-    # without --seccomp: the bare variants have none either (the seccomp section measures it)
+    pipes (so also without the rlimits the gate sets); with ``seccomp_fd``, its seccomp program."""
+    argv = box._argv(["true"], box.env, box.workdir, [], -1, -1, seccomp_fd)
+    # no seccomp_fd here: the bare variants have none either (the seccomp section measures it)
     for opt in ("--json-status-fd", "--block-fd"):
         i = argv.index(opt)
         argv = argv[:i] + argv[i + 2 :]

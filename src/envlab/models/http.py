@@ -79,10 +79,10 @@ def _proxy_for(url: str) -> str | None:
     """The proxy the environment names for ``url`` (``HTTP(S)_PROXY``, ``NO_PROXY``), if any."""
     import urllib.request
 
+    parts = urlsplit(url)
     proxies = urllib.request.getproxies()
-    scheme = urlsplit(url).scheme
-    proxy = proxies.get(scheme) or proxies.get("all")
-    if not proxy or urllib.request.proxy_bypass(urlsplit(url).hostname or ""):
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
         return None
     return proxy
 
@@ -232,9 +232,7 @@ class ModelHTTP:
         import httpx
 
         assert self._transport is not None
-        headers = [(k.lower(), v) for k, v in self._headers.items()]
-        if body is not None:
-            headers.append(("content-type", "application/json"))
+        headers = self._headers if body is None else self._json_headers
         limits = httpx.Timeout(timeout, connect=self.connect_timeout_s)
         request = httpx.Request(
             method, url, headers=headers, content=body, extensions={"timeout": limits.as_dict()}
