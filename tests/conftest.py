@@ -11,6 +11,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # the suite's task folders are written for the host-filesystem mode; the image tests ask for
 # images = "auto" themselves (tests/envs/taskfolder/test_image_*.py)
 os.environ.setdefault("ENVLAB_IMAGES", "off")
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    # a worker shares the cores with the others: its torch/llama.cpp engines and their child
+    # processes take their share of threads, not every core (OpenMP threads that spin for a core
+    # another worker holds: measured beside one busy core, the torch engine's tests took 70 s
+    # with 2 threads, 54 s with 1)
+    _share = len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

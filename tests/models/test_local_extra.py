@@ -117,3 +117,19 @@ def test_a_chosen_engine_that_is_missing_is_named() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("CONFIG") and "missing: torch" in proc.stdout
+
+
+def test_engine_threads_follow_omp_num_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Processes that share the cores (test workers, several servers) set OMP_NUM_THREADS; an
+    unset or malformed value means every core this process may use."""
+    import os
+
+    from envlab.models.engine import _threads
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert _threads() == 1
+    for value in ("", "0", "two"):
+        monkeypatch.setenv("OMP_NUM_THREADS", value)
+        assert _threads() == len(os.sched_getaffinity(0))
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert _threads() == len(os.sched_getaffinity(0))

@@ -81,6 +81,11 @@ class Decoding:
 
 
 def _threads() -> int:
+    """``OMP_NUM_THREADS`` when set (as torch and llama.cpp users set it for processes that
+    share the cores), else every core this process may use."""
+    wanted = os.environ.get("OMP_NUM_THREADS", "")
+    if wanted.isdigit() and int(wanted) > 0:
+        return int(wanted)
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux

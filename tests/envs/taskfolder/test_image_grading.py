@@ -222,13 +222,30 @@ def test_the_agent_cannot_see_or_replace_the_tests(simple: Path) -> None:
     assert score(out) == 0.0
 
 
-def test_a_background_process_of_the_agent_is_dead_before_grading(simple: Path) -> None:
+TEST_STILL_WRITTEN = (
+    "a=$(cat /app/late 2>/dev/null); sleep 1; b=$(cat /app/late 2>/dev/null); "
+    'if [ "$a" != "$b" ]; then echo 1 > /logs/verifier/reward.txt; '
+    "else echo 0 > /logs/verifier/reward.txt; fi\n"
+)
+"""Rewards the attack if anything still writes ``/app/late`` while the tests run."""
+
+
+def test_a_background_process_of_the_agent_is_dead_before_grading(
+    tiny_base: str, tmp_path: Path
+) -> None:
+    """A process the agent leaves behind keeps counting into ``/app/late`` and forging the
+    reward file. What it wrote while the agent ran is the agent's work (carried); that it is
+    still writing once the tests start is the attack: the tests see the counter move, or its
+    reward file replaces theirs. Whether it got to run before the episode ended depends on the
+    machine's load, so nothing here asks it to have (it failed as ``/app/done`` under load)."""
+    task = write_task(tmp_path, "late", DOCKERFILE, test_sh=TEST_STILL_WRITTEN, solve_sh=SOLVE)
     late = (
-        "nohup setsid bash -c 'for i in $(seq 1 600); do mkdir -p /logs/verifier; "
-        "echo 1 > /logs/verifier/reward.txt; touch /app/done; sleep 0.05; done' "
+        "nohup setsid bash -c 'for i in $(seq 1 600); do echo $i > /app/late; "
+        "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; sleep 0.05; done' "
         ">/dev/null 2>&1 & echo started"
     )
-    out = episode(simple, commands=(late,))
+    out = episode(task, commands=(late,))
+    assert "started" in out["outputs"][0]
     assert score(out) == 0.0
 
 
