@@ -18,15 +18,14 @@ nothing offline could serve, ``needs the network``.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import errno
 import json
 import os
 import re
-import select
 import stat
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -77,8 +76,10 @@ class GradeDetails(BaseModel):
 
 
 class EventsChannel:
-    """A FIFO at ``path`` (on the host) that a thread reads until ``close``: the verifier's
-    processes write lines on it (``start PID``, ``finish PID CODE``, ``missing TOOL``)."""
+    """A FIFO at ``path`` (on the host) that the running event loop reads until ``close``: the
+    verifier's processes write lines on it (``start PID``, ``finish PID CODE``, ``missing
+    TOOL``). Read on readiness (``loop.add_reader``): no thread, and ``close`` never waits (a
+    thread polling with a timeout made every grade block the loop until its next poll)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -88,31 +89,26 @@ class EventsChannel:
         self._keep = os.open(path, os.O_WRONLY)  # no EOF between two writers
         self._chunks: list[bytes] = []
         self._size = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        while not self._stop.is_set():
-            ready, _, _ = select.select([self._fd], [], [], 0.2)
-            if ready:
-                self._drain()
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self._fd, self._drain)
 
     def _drain(self) -> None:
-        while self._size < _EVENTS_LIMIT:
+        """Read what is there; past the limit, read and drop it (a full FIFO would block the
+        verifier's writers, and a readable one left unread would wake the loop at once)."""
+        while True:
             try:
                 data = os.read(self._fd, 65536)
             except BlockingIOError:
                 return
             if not data:
                 return
-            self._chunks.append(data)
-            self._size += len(data)
+            if self._size < _EVENTS_LIMIT:
+                self._chunks.append(data)
+                self._size += len(data)
 
     def close(self) -> str:
         """Stop reading; everything written so far (at most 1 MiB)."""
-        self._stop.set()
-        self._thread.join()
+        self._loop.remove_reader(self._fd)
         self._drain()
         for fd in (self._fd, self._keep):
             with contextlib.suppress(OSError):
