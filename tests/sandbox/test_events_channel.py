@@ -45,3 +45,19 @@ async def test_a_flood_past_the_limit_never_blocks_the_writer(tmp_path: Path) ->
     await asyncio.to_thread(write)  # returns only if the loop kept draining meanwhile
     text = channel.close()
     assert _EVENTS_LIMIT <= len(text) <= _EVENTS_LIMIT + 65536
+
+
+async def test_a_writer_that_never_stops_does_not_hold_the_loop(tmp_path: Path) -> None:
+    """Code under test that floods the FIFO without end: the loop still runs everything else
+    (the verifier's timeout among it) between its reads."""
+    import subprocess
+
+    channel = EventsChannel(tmp_path / "events")
+    flood = subprocess.Popen(["sh", "-c", f"cat /dev/zero > {tmp_path / 'events'}"])
+    try:
+        for _ in range(200):  # each needs the loop back from the reader
+            await asyncio.sleep(0)
+    finally:
+        flood.kill()
+        flood.wait()
+    assert len(channel.close()) <= _EVENTS_LIMIT + 65536

@@ -93,9 +93,10 @@ class EventsChannel:
         self._loop.add_reader(self._fd, self._drain)
 
     def _drain(self) -> None:
-        """Read what is there; past the limit, read and drop it (a full FIFO would block the
-        verifier's writers, and a readable one left unread would wake the loop at once)."""
-        while True:
+        """Read what is there, 1 MiB at most a call (a writer that never stops must not hold
+        the loop: the verifier's own timeout runs on it); past the limit, read and drop it (a
+        full FIFO would block the verifier's writers, an unread one wake the loop at once)."""
+        for _ in range(16):
             try:
                 data = os.read(self._fd, 65536)
             except BlockingIOError:
