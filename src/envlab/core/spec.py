@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from enum import Enum
@@ -107,7 +106,7 @@ class EnvSpec(ABC):
     def _compute_hash(self) -> str:
         h = hashlib.sha256()
         for cls in self.code():
-            hash_code(h, cls)
+            _hash_code(h, cls)
         h.update(self._config_json)
         return h.hexdigest()[:16]
 
@@ -119,37 +118,14 @@ class EnvSpec(ABC):
         return WrappedSpec(self, wrapper, **params)
 
 
-def hash_code(h: Any, cls: type, *, skip: tuple[str, ...] = ()) -> None:
-    """Feed ``h`` the source of every module that defines a class of ``cls.__mro__`` (the whole
-    module: a helper function beside the class changes its behaviour as much as the class does),
-    but builtins, abc, pydantic and the modules under ``skip``."""
-    skip = ("builtins", "abc", "pydantic", *skip)
-    seen: set[str] = set()
+def _hash_code(h: Any, cls: type) -> None:
     for klass in cls.__mro__:
-        name = klass.__module__
-        if klass is object or name.startswith(skip) or name in seen:
+        if klass is object or klass.__module__.startswith(("builtins", "abc", "pydantic")):
             continue
-        seen.add(name)
-        h.update(_module_digest(name, klass.__qualname__))
-
-
-def _module_digest(name: str, qualname: str) -> bytes:
-    module = sys.modules.get(name)
-    digest = _MODULE_DIGESTS.get(name) if module is not None else None
-    if digest is None:
         try:
-            source = inspect.getsource(module) if module is not None else None
+            h.update(inspect.getsource(klass).encode())
         except (OSError, TypeError):
-            source = None
-        if source is None:  # defined where no source is kept (a REPL, exec'd code)
-            return f"{name}.{qualname}".encode()
-        digest = _MODULE_DIGESTS[name] = hashlib.sha256(source.encode()).digest()
-    return digest
-
-
-_MODULE_DIGESTS: dict[str, bytes] = {}
-"""Each module's source digest, read once per process (getsource of a class parses its whole
-module; of the module, it reads the file)."""
+            h.update(f"{klass.__module__}.{klass.__qualname__}".encode())
 
 
 def canonical_json(value: Any, what: str) -> bytes:

@@ -25,7 +25,7 @@ from envlab.core.environment import Environment
 from envlab.core.errors import ConfigError, EpisodeOrderError, EpisodeTimeExceeded
 from envlab.core.limits import Limits
 from envlab.core.rubric import Reward
-from envlab.core.spec import EnvSpec, canonical_json, hash_code
+from envlab.core.spec import EnvSpec, _hash_code, canonical_json
 from envlab.core.tools import ToolSpec
 from envlab.core.types import Action, Observation, StepResult, Task, TaskSet
 
@@ -319,7 +319,7 @@ class WrappedSpec(EnvSpec):
 
     def content_hash(self) -> str:
         h = hashlib.sha256(self.inner.content_hash().encode())
-        hash_code(h, self.wrapper)
+        _hash_code(h, self.wrapper)
         h.update(self._params_json)
         return h.hexdigest()[:16]
 

@@ -9,6 +9,7 @@ content hash of the code, the config and every task folder's files. ``new_episod
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 import os
 import time
@@ -22,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from envlab.core import EnvSpec, Limits, NotFoundError, Task, TaskSet
 from envlab.core.errors import ConfigError, EnvlabError
-from envlab.core.spec import canonical_json, hash_code
+from envlab.core.spec import canonical_json
 from envlab.envs.taskfolder.episode import TerminalEpisode
 from envlab.envs.taskfolder.model import TaskFolder, find_task_folders
 from envlab.sandbox import BackendName, backend
@@ -178,7 +179,13 @@ class TerminalEnv(EnvSpec):
         ``code()``), the config but its path, the name and each task folder's files."""
         h = hashlib.sha256(_package_digest().encode())
         for cls in self.code():
-            hash_code(h, cls, skip=(__package__,))  # the package digest has its own code
+            for klass in cls.__mro__:
+                if klass is object or klass.__module__.startswith((__package__, "abc")):
+                    continue  # the package digest has this package's code
+                try:
+                    h.update(inspect.getsource(klass).encode())
+                except (OSError, TypeError):
+                    h.update(f"{klass.__module__}.{klass.__qualname__}".encode())
         config = self.config.model_dump(mode="json", exclude={"path"})
         h.update(canonical_json(config, f"{self.name} config") + self.name.encode())
         for name, folder in sorted(self._folders.items()):
