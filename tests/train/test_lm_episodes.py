@@ -89,7 +89,8 @@ def _play(agents: Any, tasks: list[Task], size: int) -> list[Any]:
 
 def test_a_groups_samples_share_one_batch_with_their_own_logprobs() -> None:
     from envlab.train.learner import Group
-    from envlab.train.lm_learner import _checked, _pack
+    from envlab.train.lm_batch import checked as _checked
+    from envlab.train.lm_batch import pack as _pack
 
     learner = _learner(agent={"batch": True})
     agents = learner.policy()

@@ -76,7 +76,8 @@ def recorded() -> tuple[Any, list[Trajectory]]:
 
 def _completion_logp(learner: LMLearner, t: Trajectory) -> float:
     """The summed logprob of ``t``'s model tokens under the learner's current weights."""
-    from envlab.train.lm_learner import _checked, _pack
+    from envlab.train.lm_batch import checked as _checked
+    from envlab.train.lm_batch import pack as _pack
 
     packed = _pack([_checked(t, 0.0)], "cpu")
     with torch.no_grad():
