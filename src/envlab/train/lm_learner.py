@@ -368,25 +368,12 @@ def _gguf(model: str) -> tuple[Any, Any]:
     return load_gguf(path)
 
 
-def lm_learner(
-    *,
-    spec: Any = None,
-    tasks: Any = None,
-    model: str,
-    dtype: str | None = None,
-    device: str | None = None,
-    **settings: Any,
-) -> LMLearner:
-    """The ``envlab train`` factory: ``--learner envlab.train.lm_learner:lm_learner
-    --learner-arg model=PATH_OR_HUB_ID [--learner-arg lr=1e-6 ...]``. ``model`` is ``smollm2``
-    (the embedded model's GGUF), a ``.gguf`` file, or a folder or hub id loaded with
-    ``AutoModelForCausalLM`` and ``AutoTokenizer`` (no remote code); ``dtype`` e.g.
-    ``bfloat16``; ``max_tokens``, ``max_turns``, ``max_episode_tokens``, ``instructions`` go
-    to the agents, every other setting to ``LMLearner``; the seed is the task set's."""
+def load_model(model: str, dtype: str | None = None, device: str | None = None) -> tuple[Any, Any]:
+    """``smollm2`` (the embedded GGUF), a ``.gguf`` file, or a folder or hub id (no remote
+    code), as a ``transformers`` causal LM and its tokenizer; ``dtype`` e.g. ``bfloat16``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    agent = {k: settings.pop(k) for k in _AGENT_ARGS if k in settings}
     if dtype is not None and not isinstance(getattr(torch, dtype, None), torch.dtype):
         raise ConfigError(f"dtype must name a torch dtype (e.g. bfloat16), got {dtype!r}")
     try:
@@ -399,8 +386,25 @@ def lm_learner(
             tokenizer = AutoTokenizer.from_pretrained(model)
     except (OSError, ValueError) as e:  # no such folder or hub id; a malformed id
         raise ConfigError(f"cannot load the model {model!r}: {e}") from None
-    if device is not None:
-        lm = lm.to(device)
+    return (lm if device is None else lm.to(device)), tokenizer
+
+
+def lm_learner(
+    *,
+    spec: Any = None,
+    tasks: Any = None,
+    model: str,
+    dtype: str | None = None,
+    device: str | None = None,
+    **settings: Any,
+) -> LMLearner:
+    """The ``envlab train`` factory: ``--learner envlab.train.lm_learner:lm_learner
+    --learner-arg model=smollm2 [--learner-arg lr=1e-6 ...]``. ``model`` as ``load_model``
+    takes it; ``max_tokens``, ``max_turns``, ``max_episode_tokens``, ``instructions``,
+    ``batch`` go to the agents, every other setting to ``LMLearner``; the seed is the task
+    set's."""
+    agent = {k: settings.pop(k) for k in _AGENT_ARGS if k in settings}
+    lm, tokenizer = load_model(model, dtype, device)
     settings.setdefault("seed", int(getattr(tasks, "seed", 0) or 0))
     try:
         return LMLearner(lm, tokenizer, agent_kwargs=agent, **settings)

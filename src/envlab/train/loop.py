@@ -221,7 +221,11 @@ class _Loop:
         steps (never while ``step`` runs); the version is read first all the same, so that a
         learner stepping on its own could only make samples look older, never newer."""
         version = self.learner.version
-        factory = _FixedSpec(self.learner.policy())
+        policy = self.learner.policy()
+        # a policy served elsewhere may hold older weights than the learner's (a push every K
+        # steps): its samples are as old as the weights that made them
+        version = min(version, int(getattr(policy, "version", version)))
+        factory = _FixedSpec(policy)
         if factory.spec.privileged:
             raise ConfigError(
                 f"the learner's policy {factory.spec.name!r} is privileged (it reads hidden "
