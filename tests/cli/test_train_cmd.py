@@ -113,3 +113,24 @@ def test_train_triage_then_heldout_against_random_and_the_optimum(tmp_path: Path
     )  # fmt: skip
     assert rep.returncode == 0, rep.stderr
     assert "gap closed" in page.read_text() and "data:image/png;base64," in page.read_text()
+
+
+def test_train_takes_the_limit_options_and_checkpoints_by_time(tmp_path: Path) -> None:
+    """``--episode-timeout`` (and the other limit options, as in ``eval``) reaches every
+    training episode: each step of the bandit sleeps 50 ms (``-e delay=0.05``), so with 1 ms
+    every episode times out (the agent's failure: graded on what it did). ``--checkpoint-every-s``
+    checkpoints after a step that ends that long after the last."""
+    out = tmp_path / "run"
+    args = _args(out, 3)
+    args[args.index("--checkpoint-every") + 1] = "100"
+    args[args.index("delay=0.01")] = "delay=0.05"  # past the 1 ms limit and the 10 ms tick
+    run = subprocess.run(
+        [*ENVLAB, *args, "--episode-timeout", "0.001", "--checkpoint-every-s", "0.001"],
+        env=subprocess_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    trajs = TrajectoryStore(out / "trajectories.jsonl").load()
+    assert trajs and {t.status.value for t in trajs} == {"timeout"}
+    assert all(t.scored for t in trajs)  # the agent's failure is graded, never excluded
+    saved = sorted(p.name for p in (out / "checkpoints").glob("step-*.pt"))
+    assert saved == ["step-000002.pt", "step-000003.pt"]  # the last two kept; 2 by time alone

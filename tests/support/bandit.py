@@ -169,6 +169,8 @@ class TableLearner:
             )
             for g in batch:
                 for t, adv in zip(g.trajectories, group_advantages(g.rewards), strict=True):
+                    if not t.steps:  # cut before its first action (a timeout): nothing to credit
+                        continue
                     key = f"{t.task_id}:{t.steps[-1].action.text}"
                     self.logits[key] = self.logits.get(key, 0.0) + self.lr * adv / len(batch)
             self._version += 1

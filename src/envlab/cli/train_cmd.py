@@ -109,6 +109,16 @@ def train_cmd(
     ] = 1000,
     eval_split: Annotated[str, typer.Option("--eval-split", help="Held-out split.")] = "test",
     max_retries: O.MaxRetriesOption = 2,
+    max_steps: O.MaxStepsOption = None,
+    step_timeout: O.StepTimeoutOption = None,
+    episode_timeout: O.EpisodeTimeoutOption = None,
+    grade_timeout: O.GradeTimeoutOption = None,
+    checkpoint_every_s: Annotated[
+        float | None,
+        typer.Option(
+            "--checkpoint-every-s", help="Also checkpoint after a step this long after the last."
+        ),
+    ] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Run directory.")] = None,
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue a killed run from its last checkpoint.")
@@ -130,16 +140,18 @@ def train_cmd(
         raise ConfigError(f"--eval-tasks must be >= 0, got {eval_tasks}")
     if resume and out_dir is None:
         raise ConfigError("--resume continues the run in --out DIR: pass --out")
+    overrides = O.limit_overrides(max_steps, step_timeout, episode_timeout, grade_timeout)
     spec = open_env(env, parse_kv(env_arg or [], "--env-arg"))
     tasks = spec.tasks(seed=seed, n=train_tasks, split=split)
     cfg = TrainConfig(
         steps=steps, groups_per_step=groups_per_step, group_size=group_size,
         max_staleness=max_staleness, sync=sync, concurrency=concurrency,
-        checkpoint_every=checkpoint_every, seed=seed,
+        checkpoint_every=checkpoint_every, checkpoint_every_s=checkpoint_every_s, seed=seed,
     )  # fmt: skip
     learner = open_learner(learner_name, spec, tasks, parse_kv(learner_arg or [], "--learner-arg"))
     run_dir = out_dir or default_out_dir("train", env, learner_name)
     episode_cfg = EpisodeConfig(
+        overrides=overrides,
         max_retries=max_retries,
         model_failures=check_model_failures(model_failures),  # type: ignore[arg-type]
     )

@@ -84,6 +84,9 @@ class TrainConfig(BaseModel):
     concurrency: int = Field(32, ge=1)
     """Episodes in flight at once."""
     checkpoint_every: int = Field(10, ge=1)
+    checkpoint_every_s: float | None = Field(None, gt=0)
+    """Also checkpoint after the first step that ends this many seconds after the last
+    checkpoint (or the run's start): a slow run loses at most that much to a kill."""
     seed: int = 0
 
     @property
@@ -92,7 +95,9 @@ class TrainConfig(BaseModel):
 
     def identity(self) -> dict[str, object]:
         """What a resumed run must share with the original (``steps`` may grow)."""
-        return self.model_dump(exclude={"steps", "concurrency", "checkpoint_every"})
+        return self.model_dump(
+            exclude={"steps", "concurrency", "checkpoint_every", "checkpoint_every_s"}
+        )
 
 
 class TrainObserver(Protocol):
@@ -214,6 +219,7 @@ class _Loop:
         self.slots = asyncio.Semaphore(cfg.concurrency)
         self.policy = self._snapshot()
         self.t0 = time.perf_counter()
+        self.saved_at = self.t0
         self.last = (self.t0, state.episodes)
 
     def _snapshot(self) -> tuple[int, AgentFactory]:
@@ -363,8 +369,16 @@ class _Loop:
         append_metrics(self.run_dir / METRICS_FILE, metrics)
         if self.observer is not None:
             self.observer.stepped(metrics)
-        if self.state.step % self.cfg.checkpoint_every == 0 or self.state.step == self.cfg.steps:
+        by_time = self.cfg.checkpoint_every_s is not None and (
+            time.perf_counter() - self.saved_at >= self.cfg.checkpoint_every_s
+        )
+        if (
+            by_time
+            or self.state.step % self.cfg.checkpoint_every == 0
+            or self.state.step == self.cfg.steps
+        ):
             self._checkpoint()
+            self.saved_at = time.perf_counter()
 
     def _metrics(
         self,
