@@ -27,13 +27,12 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
 def load_smollm2() -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
+    from envlab.models.torch_engine import load_gguf
     from envlab.models.weights import smollm2_path
 
-    path = smollm2_path()
-    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    gguf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+    gguf, tok = load_gguf(smollm2_path())  # the torch engine's tokenizer: llama.cpp's ids
     # transformers marks a GGUF-loaded model quantized (and refuses to fine-tune it) although
     # its weights are dequantized floats: put them in a plain model of the same config
     config = gguf.config
@@ -128,6 +127,11 @@ def main() -> None:
     ap.add_argument("--max-turns", type=int, default=3)
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--temperature", type=float, default=0.8)
+    ap.add_argument("-e", "--env-arg", action="append", default=[], metavar="KEY=VALUE",
+                    help="calc's settings (default min_ops=1 max_ops=1)")  # fmt: skip
+    ap.add_argument("--step-timeout", type=float, help="seconds per step (calc's own: 60)")
+    ap.add_argument("--episode-timeout", type=float, help="seconds per episode")
+    ap.add_argument("--max-steps", type=int, help="environment steps per episode")
     args = ap.parse_args()
 
     import torch
@@ -140,11 +144,16 @@ def main() -> None:
     t0 = time.perf_counter()
     model, tok = load_smollm2()
     load_s = time.perf_counter() - t0
-    spec = CalcEnv(min_ops=1, max_ops=1)
+    from envlab.cli.options import limit_overrides, parse_kv
+    from envlab.rollout import EpisodeConfig
+
+    spec = CalcEnv(**{"min_ops": 1, "max_ops": 1, **parse_kv(args.env_arg, "-e")})
     tasks = spec.tasks(seed=0, n=args.tasks, split="train")
+    limits = limit_overrides(args.max_steps, args.step_timeout, args.episode_timeout, None)
     rollout = EnvlabRollout(
-        spec, list(tasks), max_turns=args.max_turns, concurrency=args.generations
-    )
+        spec, list(tasks), max_turns=args.max_turns, concurrency=args.generations,
+        config=EpisodeConfig(overrides=limits),
+    )  # fmt: skip
     batch = args.generations * args.tasks_per_step
     config = GRPOConfig(
         output_dir=str(args.out / "trainer"),
