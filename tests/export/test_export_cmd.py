@@ -6,9 +6,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from envlab.runs import RunDir
 from tests.conftest import subprocess_env
+from tests.export.runs import INFRA, PLAN, Ep, trajectory, write_run
 
 
 def envlab(*args: str) -> subprocess.CompletedProcess[str]:
@@ -44,7 +48,7 @@ def test_tokens_of_another_model_need_its_tokenizer(
 
 def test_wrong_arguments_say_what_to_do(run: RunDir, tmp_path: Path) -> None:
     r = envlab(str(run.path), "--format", "ppo", "--out", str(tmp_path / "x.jsonl"))
-    assert r.returncode == 2 and "is not one of sft, dpo, grpo, tokens" in r.stderr
+    assert r.returncode == 2 and "is not one of sft, dpo, grpo, tokens, verl" in r.stderr
     r = envlab(str(run.path), "--format", "sft")
     assert r.returncode == 2 and "--out FILE" in r.stderr
     r = envlab(str(tmp_path / "nowhere"), "--check")
@@ -61,3 +65,49 @@ def test_the_export_code_imports_nothing_heavy() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env()
     )
     assert r.returncode == 0 and r.stdout.strip() == "[]", (r.stdout, r.stderr)
+
+
+# --- an export with no row: exit 2, why, what to do, and no file --------------------------------
+
+
+def no_file_and(r: subprocess.CompletedProcess[str], out: Path, *said: str) -> None:
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    text = " ".join(r.stderr.split())
+    assert "no row, so no file was written" in text and all(s in text for s in said), text
+    assert not out.exists() and not list(out.parent.glob(f".{out.name}.*"))
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
+def test_tokens_of_a_run_without_token_views(tmp_path: Path, tok: Any, suffix: str) -> None:
+    trajs = [trajectory(tok, ep) for ep in PLAN]
+    for t in trajs:
+        t.tokens = None  # a server that returned no token ids
+    run = write_run(tmp_path / "run", trajs)
+    out = tmp_path / f"t.{suffix}"
+    r = envlab(str(run), "--format", "tokens", "--out", str(out), "--no-check")
+    no_file_and(r, out, "no token view (10)", "run an agent whose server returns token ids")
+
+
+def test_grpo_of_dead_groups_only_with_drop_dead(tmp_path: Path, tok: Any) -> None:
+    run = write_run(tmp_path / "run", [trajectory(tok, ep) for ep in PLAN if ep.task in (1, 2)])
+    out = tmp_path / "g.parquet"
+    r = envlab(str(run), "-f", "grpo", "-o", str(out), "--drop-dead")
+    no_file_and(r, out, "in a dead group (--drop-dead) (4)", "no reward variance: leave out")
+    ok = envlab(str(run), "-f", "grpo", "-o", str(out))  # dead groups go out with advantage 0
+    assert ok.returncode == 0 and out.is_file(), ok.stderr
+
+
+def test_sft_above_every_reward_and_dpo_without_pairs(run: RunDir, tmp_path: Path) -> None:
+    out = tmp_path / "sft.jsonl"
+    r = envlab(str(run.path), "-f", "sft", "-o", str(out), "--min-reward", "2")
+    no_file_and(r, out, "below --min-reward (10)", "lower --min-reward")
+    out = tmp_path / "dpo.jsonl"
+    r = envlab(str(run.path), "-f", "dpo", "-o", str(out), "--min-margin", "1.5")
+    no_file_and(r, out, "margin below --min-margin (3)", "(counted by group)", "--samples")
+
+
+def test_a_run_of_unscored_episodes_only(tmp_path: Path, tok: Any) -> None:
+    run = write_run(tmp_path / "run", [trajectory(tok, Ep(0, i, None, INFRA)) for i in range(3)])
+    out = tmp_path / "g.jsonl"
+    r = envlab(str(run), "-f", "grpo", "-o", str(out), "--json")
+    no_file_and(r, out, "None of the run's 3 episodes was scored (3 infra_error)", "--resume")

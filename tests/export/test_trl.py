@@ -85,3 +85,47 @@ def test_one_dpo_step_on_the_dpo_export(run: RunDir, tok: Any, tmp_path: Path) -
     assert tok.decode(row["chosen_ids"]).endswith("2<|im_end|>\n")
     assert "no idea" in tok.decode(row["rejected_ids"])
     assert math.isfinite(trained(trainer, model))
+
+
+async def test_one_grpo_step_on_the_grpo_export(tok: Any, tmp_path: Path) -> None:
+    """GRPOTrainer reads the grpo export as it is (``prompt``; the other columns reach the
+    reward functions) and renders each prompt to the ids the model got in the run. A text-mode
+    run: the tools are in the system prompt (GRPOTrainer takes tools as Python functions, for
+    the whole dataset, not per row)."""
+    from datasets import load_dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from envlab.agents.model_agents import openai
+    from tests.export.served import TokenizerServer, play
+    from tests.models.fake_openai import FakeOpenAI
+
+    with FakeOpenAI(respond=TokenizerServer(tok)) as fake:
+        agent = openai(f"tiny@{fake.base_url}", logprobs=True, tool_mode="text", max_time_s=1e9)
+        run = await play(agent, tmp_path / "run")
+    recorded = {tuple(t.tokens.prompt_ids) for t in run.trajectories()}  # type: ignore[union-attr]
+    out = tmp_path / "grpo.parquet"
+    export_run(run, out, ExportOptions(format="grpo"))
+    ds = load_dataset("parquet", data_files=str(out), split="train")
+    seen: list[list[int]] = []
+
+    def recorded_reward(completions: list[Any], reward: list[float], **_: Any) -> list[float]:
+        # the row's own reward column, and a spread so the step has an advantage
+        return [r + i % 2 for i, r in enumerate(reward)]
+
+    args = GRPOConfig(
+        **common(tmp_path), num_generations=2, max_completion_length=4, temperature=1.0
+    )
+    model = tiny_llama(tok)
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=[recorded_reward], args=args, train_dataset=ds,
+        processing_class=tok,
+    )  # fmt: skip
+    generate = trainer._generate_single_turn  # what TRL samples after: its prompt ids
+
+    def spy(prompt_ids: list[list[int]], *a: Any, **kw: Any) -> Any:
+        seen.extend(list(p) for p in prompt_ids)
+        return generate(prompt_ids, *a, **kw)
+
+    trainer._generate_single_turn = spy  # type: ignore[method-assign]
+    assert math.isfinite(trained(trainer, model))
+    assert seen and all(tuple(p) in recorded for p in seen)

@@ -1,4 +1,4 @@
-"""``envlab export RUN --format sft|dpo|grpo|tokens --out FILE`` and ``envlab export RUN --check``.
+"""``envlab export RUN --format sft|dpo|grpo|tokens|verl --out FILE`` and ``... --check``.
 
 Registered by ``envlab.cli.main``: ``app.command("export")(export_cmd)``. The export package,
 rich, pyarrow and any tokenizer are imported when the command runs.
@@ -16,14 +16,14 @@ from envlab.cli import options as O
 from envlab.cli.console import err, out
 
 if TYPE_CHECKING:
-    from envlab.export import DriftReport, ExportOptions, ExportReport
+    from envlab.export import DriftReport, ExportOptions, ExportReport, Renderer
 
 
 def export_cmd(
     run: Annotated[Path, typer.Argument(metavar="RUN", help="Run directory (envlab eval --out).")],
     fmt: Annotated[
         str | None,
-        typer.Option("--format", "-f", metavar="sft|dpo|grpo|tokens", help="What to export."),
+        typer.Option("--format", "-f", metavar="sft|dpo|grpo|tokens|verl", help="What to export."),
     ] = None,
     out_file: Annotated[
         Path | None,
@@ -48,7 +48,9 @@ def export_cmd(
     ] = 1e-6,
     drop_dead: Annotated[
         bool,
-        typer.Option("--drop-dead", help="grpo/tokens: leave out groups with no reward variance."),
+        typer.Option(
+            "--drop-dead", help="grpo/tokens/verl: leave out groups with no reward variance."
+        ),
     ] = False,
     mark_drift: Annotated[
         bool,
@@ -68,7 +70,8 @@ def export_cmd(
     as_json: O.JsonOption = False,
 ) -> None:
     """Export a run's episodes for a trainer (TRL, verl, slime/Miles, SkyRL), or check its
-    token views. Unscored episodes (infra/env errors) are dropped and counted, never scored 0."""
+    token views. Unscored episodes (infra/env errors) are dropped and counted, never scored 0;
+    an export with no row writes no file and exits 2, saying why."""
     from envlab.core import ConfigError
     from envlab.runs import RunDir
 
@@ -77,21 +80,34 @@ def export_cmd(
         _check(rd, tokenizer, as_json)
         return
     if fmt is None or out_file is None:
-        raise ConfigError("give --format sft|dpo|grpo|tokens and --out FILE (or --check)")
-    from envlab.export import export_run, renderer_for
+        raise ConfigError("give --format sft|dpo|grpo|tokens|verl and --out FILE (or --check)")
+    from envlab.export import export_run
 
     options = _options(
         fmt, min_reward, all_passing, min_margin, eps, drop_dead, mark_drift, no_check
     )
-    check_tokens = options.format == "tokens" and options.drift != "off"
-    renderer = renderer_for(rd, tokenizer) if check_tokens else None
-    report = export_run(rd, out_file, options, renderer)
+    report = export_run(rd, out_file, options, _renderer(rd, tokenizer, options))
     if as_json:
         out().print_json(json.dumps(report.to_dict()))
     else:
         out().print(_export_table(report))
     for note in rd.notes:
         err().print(f"[yellow]note:[/] {note}")
+
+
+def _renderer(rd: object, tokenizer: str | None, options: ExportOptions) -> Renderer | None:
+    """The model's renderer: required to check a ``tokens`` export; else (``grpo``, ``tokens``
+    with --no-check) loaded when one is at hand, for ``prompt_text``."""
+    from envlab.export import renderer_for, view_kind
+    from envlab.runs import RunDir
+
+    assert isinstance(rd, RunDir)
+    if options.format == "tokens" and options.drift != "off":
+        return renderer_for(rd, tokenizer)
+    at_hand = tokenizer is not None or view_kind(rd.info.agent) == "engine"
+    if options.format in ("tokens", "grpo") and at_hand:
+        return renderer_for(rd, tokenizer)
+    return None
 
 
 def _options(

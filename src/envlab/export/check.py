@@ -1,64 +1,65 @@
 """Token-exactness: does an episode's token view match what its recorded messages re-render to?
 
-For every model turn ``k`` the messages before the reply (``steps[i].message_index``) are
-rendered with the model's chat template and tokenizer, and compared with
-``tokens.turn_prompt(k)``, the prompt ids the model actually got. A trainer that re-tokenizes the
-chat sees exactly those ids only when they match; a mismatch is a *drift*, named by episode,
-turn and the first position that differs.
+For every model turn ``k`` the model's view of the messages before the reply (``views``: what
+the chat template was given) is rendered with the model's chat template and tokenizer, plus the
+turn's prefill, and compared with ``tokens.turn_prompt(k)``, the prompt ids the model actually
+got. A trainer that re-tokenizes the exported rows sees exactly those ids only when they match;
+a mismatch is a *drift*, named by episode, turn and the first position that differs.
 
 Renderers (``renderer_for``):
 
 - ``embedded``: envlab's own engine (SmolLM2 GGUF, llama.cpp or torch: the file's tokenizer
-  either way): its chat template plus the Hermes tool rewriting and the ``tool_choice``
-  prefill, as ``envlab serve-model`` renders a request;
+  either way): its chat template, rendered as ``envlab serve-model`` renders a request;
 - a tokenizer directory (transformers, ``local_files_only``): ``apply_chat_template(messages,
-  tools=..., add_generation_prompt=True)`` then ``encode(add_special_tokens=False)``, as vLLM and
-  SGLang render a chat request.
+  tools=..., add_generation_prompt=True)`` then ``encode(add_special_tokens=False)``, as vLLM,
+  SGLang and the trainers render a chat.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from envlab.core import ConfigError, Trajectory
+from envlab.export.views import ModelView, model_view
 from envlab.runs import RunDir
-
-_REQUIRED = re.compile(r"required for the first (\d+) turn")
 
 
 class Renderer(Protocol):
     name: str
 
-    def prompt_ids(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        tool_choice: str | None,
-    ) -> list[int]: ...
+    def text(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+        """The chat template over ``messages`` (and ``tools``), with the generation prompt."""
+        ...
+
+    def ids(self, text: str) -> list[int]:
+        """``text`` tokenized as the server tokenized the prompt (no special tokens added)."""
+        ...
 
 
 class EmbeddedRenderer:
-    """The embedded SmolLM2 engine's own rendering and tokenizer."""
+    """The embedded SmolLM2 engine's chat template and tokenizer. The view it renders is the
+    engine's (``views``: tools already written into the messages), so it gets no ``tools``."""
 
     name = "embedded"
 
     def __init__(self, engine: Any) -> None:
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
         self.engine = engine
+        # as ``models.prompt.ChatTemplate`` compiles it (its render also rewrites the tools,
+        # which the view has done already)
+        env = ImmutableSandboxedEnvironment(trim_blocks=False, lstrip_blocks=False)
+        self._template = env.from_string(engine.template.source)
 
-    def prompt_ids(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        tool_choice: str | None,
-    ) -> list[int]:
-        from envlab.models.wire import ChatMessage
+    def text(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+        assert not tools, "the engine's view carries its tools in the messages"
+        return str(self._template.render(messages=messages, add_generation_prompt=True))
 
-        wire = [ChatMessage.model_validate(m) for m in messages]
-        return self.engine.tokenize(self.engine.template.render(wire, tools, tool_choice).text)
+    def ids(self, text: str) -> list[int]:
+        return list(self.engine.tokenize(text))
 
 
 class TokenizerRenderer:
@@ -82,15 +83,14 @@ class TokenizerRenderer:
             raise ConfigError(f"--tokenizer {path}: the tokenizer has no chat template to render")
         return cls(tok, str(path))
 
-    def prompt_ids(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        tool_choice: str | None,
-    ) -> list[int]:
-        text = self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=True, tokenize=False
+    def text(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+        return str(
+            self.tokenizer.apply_chat_template(
+                messages, tools=tools or None, add_generation_prompt=True, tokenize=False
+            )
         )
+
+    def ids(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
 
@@ -143,42 +143,46 @@ class Drift:
         )
 
 
-def tool_choices(
-    traj: Trajectory, n_turns: int
-) -> tuple[list[dict[str, Any]] | None, list[str | None]]:
-    """The tools the requests carried and each turn's ``tool_choice``, from the agent spec."""
-    harness = traj.agent.harness
-    native = not harness.startswith("tool-calling/text") and bool(traj.tools)
-    if not native:
-        return None, [None] * n_turns
-    choice = str(traj.agent.sampling.get("tool_choice") or "")
-    m = _REQUIRED.search(choice)
-    required = int(m.group(1)) if m else 0
-    return traj.tools, ["required" if k < required else None for k in range(n_turns)]
-
-
 def first_difference(a: list[int], b: list[int]) -> int:
     return next(
         (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
     )
 
 
+def first_prompt(view: ModelView, renderer: Renderer, recorded: list[int]) -> tuple[int, str]:
+    """Where the first turn's prompt ends, and its text: the view's prompt rendered with the
+    generation prompt. A turn-0 prefill (a forced tool call) is not part of it: its ids start the
+    completion. ``len(recorded)`` (the recorded boundary) when the rendered prompt is not a prefix
+    of the recorded ids (a drift the check names)."""
+    text = renderer.text(view.prompt(), view.tools)
+    if not view.prefills or not view.prefills[0]:
+        return len(recorded), text
+    ids = renderer.ids(text)
+    return (len(ids) if recorded[: len(ids)] == ids else len(recorded)), text
+
+
 def check_episode(traj: Trajectory, renderer: Renderer) -> Drift | None:
-    """The first turn whose prompt the messages do not re-render to, or ``None``."""
+    """The first turn whose prompt the model's view does not re-render to, or ``None``."""
     tv = traj.tokens
     assert tv is not None
-    turns = [s.message_index for s in traj.steps if s.message_index is not None]
-    if len(turns) != len(tv.turn_starts):
+    view = model_view(traj)
+    if len(view.turns) != len(tv.turn_starts):
+        n, m = len(view.turns), len(tv.turn_starts)
         return Drift(
-            traj.episode_id, min(len(turns), len(tv.turn_starts)), 0, 0, 0,
-            f"{len(turns)} model turns in the messages, {len(tv.turn_starts)} in the token view",
+            traj.episode_id, min(n, m), 0, 0, 0,
+            f"{n} model turns in the messages, {m} in the token view",
         )  # fmt: skip
-    tools, choices = tool_choices(traj, len(turns))
-    for k, index in enumerate(turns):
-        got = renderer.prompt_ids(traj.messages[:index], tools, choices[k])
+    for k, index in enumerate(view.turns):
+        text = renderer.text(view.messages[:index], view.tools)
+        got = renderer.ids(text + view.prefills[k])
         want = tv.turn_prompt(k)
         if got != want:
             return Drift(traj.episode_id, k, first_difference(got, want), len(got), len(want))
+        if k == 0 and view.prefills[0] and first_prompt(view, renderer, want)[0] == len(want):
+            return Drift(
+                traj.episode_id, 0, 0, len(got), len(want),
+                "the forced tool-call prefill does not start at a token boundary",
+            )  # fmt: skip
     return None
 
 
