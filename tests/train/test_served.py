@@ -110,17 +110,25 @@ def served(tmp_path: Path) -> Any:
     server.close()
 
 
+def _learner(
+    server: FakeVLLM, tok: Any, tmp: Path, *, max_tokens: int, sync_every: int = 1
+) -> ServedLMLearner:
+    sync = DiskReload.sglang(server.base_url, tmp / "weights")
+    agent = {"max_tokens": max_tokens, "max_turns": 1, "instructions": ""}
+    learner = ServedLMLearner(
+        tiny_model(len(tok)), tok, base_url=server.base_url, served_model="tiny", sync=sync,
+        sync_every=sync_every, lr=3e-3, agent_kwargs=agent,
+    )  # fmt: skip
+    return learner
+
+
 def test_served_rollouts_train_and_the_server_gets_each_version(
     served: tuple[FakeVLLM, Any], tmp_path: Path
 ) -> None:
     from envlab.runs import TrajectoryStore
 
     server, tok = served
-    sync = DiskReload.sglang(server.base_url, tmp_path / "weights")
-    learner = ServedLMLearner(
-        tiny_model(len(tok)), tok, base_url=server.base_url, served_model="tiny", sync=sync,
-        lr=3e-3, agent_kwargs={"max_tokens": 10, "max_turns": 1, "instructions": ""},
-    )  # fmt: skip
+    learner = _learner(server, tok, tmp_path, max_tokens=10)
     spec = AsciiEnv()
     config = TrainConfig(steps=2, groups_per_step=2, group_size=3, sync=True, concurrency=3)
     result = asyncio.run(
@@ -146,11 +154,7 @@ def test_with_a_push_every_two_steps_samples_carry_the_servers_version(
     from envlab.runs import TrajectoryStore
 
     server, tok = served
-    sync = DiskReload.sglang(server.base_url, tmp_path / "weights")
-    learner = ServedLMLearner(
-        tiny_model(len(tok)), tok, base_url=server.base_url, served_model="tiny", sync=sync,
-        sync_every=2, lr=3e-3, agent_kwargs={"max_tokens": 6, "max_turns": 1, "instructions": ""},
-    )  # fmt: skip
+    learner = _learner(server, tok, tmp_path, max_tokens=6, sync_every=2)
     spec = AsciiEnv()
     config = TrainConfig(steps=3, groups_per_step=1, group_size=2, sync=False, max_staleness=2)
     result = asyncio.run(
