@@ -27,9 +27,9 @@ from envlab.cli.options import (
 
 if TYPE_CHECKING:
     from envlab.core import EnvSpec, TaskSet
+    from envlab.train.config import TrainResult
     from envlab.train.heldout import Contender, Heldout
     from envlab.train.learner import Learner
-    from envlab.train.loop import TrainResult
 
 
 def open_learner(name: str, spec: EnvSpec, tasks: TaskSet, args: dict[str, Any]) -> Learner:

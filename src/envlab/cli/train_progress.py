@@ -14,7 +14,7 @@ from envlab.core import Trajectory
 if TYPE_CHECKING:
     from envlab.runs.metrics import StepMetrics
     from envlab.train.checkpoint import LoopState
-    from envlab.train.loop import TrainConfig
+    from envlab.train.config import TrainConfig
 
 
 class TrainProgress:

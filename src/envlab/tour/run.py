@@ -21,8 +21,8 @@ from envlab.tour.invoices import TOUR_ENVS
 
 if TYPE_CHECKING:
     from envlab.core import AgentFactory
+    from envlab.train.config import TrainResult
     from envlab.train.heldout import Contender, Heldout
-    from envlab.train.loop import TrainResult
     from envlab.vet.model import EnvVet
 
 

@@ -20,7 +20,7 @@ from envlab.train.learner import Learner
 from envlab.train.metrics import dump_json
 
 if TYPE_CHECKING:
-    from envlab.train.loop import TrainConfig
+    from envlab.train.config import TrainConfig
 
 TRAIN_FILE = "train.json"
 
