@@ -171,7 +171,7 @@ def _write_rows(
         if opts.format == "sft":
             w.write(formats.sft_row(traj, view))
         elif opts.format == "verl":
-            w.write(verl_row(traj, view, group, index=w.n_rows))
+            w.write(verl_row(traj, view, group, w.n_rows, run.info))
         elif opts.format == "grpo":
             text = None
             if renderer is not None and traj.tokens is not None:

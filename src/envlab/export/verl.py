@@ -16,8 +16,10 @@ The layout of verl's own data preprocessing, which its ``RLHFDataset`` reads (ve
   task's hidden answer (the grader keeps it), so the ground truth names the task, for a
   reward function that grades verl's rollouts with envlab;
 - ``extra_info``: ``index`` (the row), ``split``, the task and environment ids, the tools the
-  template received (JSON text, null when they are in the system prompt), and the run's
-  reward statistics of the task.
+  template received (JSON text, null when they are in the system prompt), the run's reward
+  statistics of the task, and what rebuilds the run's task set (``env_config`` as JSON text,
+  ``task_seed``, ``n_tasks``, ``task_set_hash``), which ``envlab.export.verl_reward`` grades
+  verl's rollouts with.
 
 verl samples its own rollouts from these prompts: the run's replies and rewards are not
 training data here (``grpo``/``tokens`` are).
@@ -25,18 +27,25 @@ training data here (``grpo``/``tokens`` are).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from envlab.core import Trajectory
 from envlab.export.groups import Group
 from envlab.export.views import ModelView
+from envlab.runs.info import RunInfo
 
 VERL_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
 """The columns of verl's RL dataset (``examples/data_preprocess/gsm8k.py``)."""
 
 
 def verl_row(
-    traj: Trajectory, view: ModelView, group: Group, index: int, split: str = "train"
+    traj: Trajectory,
+    view: ModelView,
+    group: Group,
+    index: int,
+    run: RunInfo,
+    split: str = "train",
 ) -> dict[str, Any]:
     """The row of ``traj``'s task, from one of its episodes (all samples share the prompt)."""
     return {
@@ -55,5 +64,9 @@ def verl_row(
             "run_reward_mean": group.mean,
             "run_samples": len(group.members),
             "dead_group": group.dead,
+            "env_config": json.dumps(run.env_config, sort_keys=True),
+            "task_seed": run.seed,
+            "n_tasks": run.n_tasks,
+            "task_set_hash": run.task_set_hash,
         },
     }

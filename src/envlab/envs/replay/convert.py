@@ -20,7 +20,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from envlab.core import ConfigError, EnvlabError, EnvSpec, Task, ToolCall, ToolResult, Trajectory
+from envlab.core import ConfigError, EnvSpec, Task, ToolCall, ToolResult, Trajectory
+from envlab.envs.reopen import reopen_spec, tasks_by_id
 from envlab.envs.replay.format import LogMessage, LogSession, Outcome
 from envlab.runs import RunDir, RunInfo
 
@@ -36,18 +37,8 @@ class Converted:
 
 
 def _load_spec(info: RunInfo) -> tuple[EnvSpec | None, str]:
-    from envlab.envs import load_env
-
-    names = [info.env_id]
-    if info.command[1:2] == ["eval"] and len(info.command) > 2 and info.command[2] not in names:
-        names.append(info.command[2])
-    problems = []
-    for name in names:
-        try:
-            return load_env(name, **info.env_config), name
-        except EnvlabError as e:
-            problems.append(f"{name}: {e}")
-    return None, "; ".join(problems)
+    also = [info.command[2]] if info.command[1:2] == ["eval"] and len(info.command) > 2 else []
+    return reopen_spec(info.env_id, info.env_config, also)
 
 
 def _writes_of(spec: EnvSpec) -> list[str]:
@@ -57,11 +48,7 @@ def _writes_of(spec: EnvSpec) -> list[str]:
 
 def _find_task(spec: EnvSpec, info: RunInfo, task_id: str, cache: dict[str, Task]) -> Task | None:
     if not cache:
-        for split in dict.fromkeys(["test", *getattr(spec, "splits", ())]):
-            try:
-                cache.update((t.id, t) for t in spec.tasks(seed=info.seed, split=split))
-            except EnvlabError:
-                continue
+        cache.update(tasks_by_id(spec, info.seed))
     return cache.get(task_id)
 
 
