@@ -137,7 +137,7 @@ async def test_a_worker_lost_on_every_try_is_one_infra_error(tmp_path: Path) -> 
 
     await rollout(
         spec, agent, tasks, out_dir=tmp_path / "run", concurrency=1, backend="ray",
-        config=EpisodeConfig(max_retries=1),
+        config=EpisodeConfig(max_retries=0, max_worker_losses=1),
     )  # fmt: skip
     trajs = {t.task_id: t for t in TrajectoryStore(tmp_path / "run" / "trajectories.jsonl").load()}
     assert len(trajs) == 2

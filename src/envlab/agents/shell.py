@@ -21,16 +21,25 @@ HOW_TO = (
 
 
 class ShellScriptAgent(Agent):
-    """Runs the script ``path`` through the environment's ``run`` tool, then calls ``submit``."""
+    """Runs the script ``path`` through the environment's ``run`` tool, then calls ``submit``.
+
+    ``text`` is the script itself, read once where the agent was planned (vet's probes on Ray
+    workers, whose hosts need not see the driver's files); without it ``path`` is read here."""
 
     name = "shell"
 
-    def __init__(self, path: str | Path | None = None, *, timeout_sec: float | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        timeout_sec: float | None = None,
+        text: str | None = None,
+    ) -> None:
         if path is None or not str(path).strip():
             raise ConfigError(f"the shell agent needs a script. {HOW_TO}")
         self.path = Path(path)
         try:
-            self.script = self.path.read_text()
+            self.script = self.path.read_text() if text is None else text
         except OSError as e:
             raise ConfigError(f"shell agent: cannot read script {self.path}: {e}. {HOW_TO}") from e
         self.timeout_sec = timeout_sec

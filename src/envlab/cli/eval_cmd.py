@@ -52,22 +52,8 @@ def eval_cmd(
     perturb: Annotated[
         str | None, typer.Option("--perturb", metavar="NAME=VALUE,...", help=O.PERTURB_HELP)
     ] = None,
-    backend: Annotated[
-        str,
-        typer.Option(
-            "--backend",
-            metavar="local|ray",
-            help="Where episodes run: this process, or Ray actors (docs/ray.md).",
-        ),
-    ] = "local",
-    address: Annotated[
-        str | None,
-        typer.Option(
-            "--address",
-            metavar="ADDR",
-            help="Ray cluster of --backend ray: auto, ray://HOST:10001 (default: a local one).",
-        ),
-    ] = None,
+    backend: O.BackendOption = "local",
+    address: O.AddressOption = None,
     model_failures: O.ModelFailuresOption = "agent",
     fail_under: Annotated[
         float | None,
@@ -87,10 +73,11 @@ def eval_cmd(
     from envlab.cli.run_dirs import default_out_dir
     from envlab.core.errors import ConfigError
     from envlab.rollout import EpisodeConfig
+    from envlab.rollout.driver import check_backend
 
     if tasks is not None and tasks < 1:
         raise ConfigError(f"--tasks must be >= 1, got {tasks}")
-    O.check_backend(backend, address)
+    check_backend(backend, address)
     overrides = O.limit_overrides(max_steps, step_timeout, episode_timeout, grade_timeout)
     spec = O.open_env(env, O.parse_kv(env_arg or [], "--env-arg"), sandbox)
     spec = O.with_perturbations(spec, perturb)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from envlab.cli import options as O
+from envlab.cli.arena_cmd import arena_cmd
 from envlab.cli.console import run_app
 from envlab.cli.eval_cmd import eval_cmd
 from envlab.cli.export_cmd import export_cmd
@@ -25,7 +26,7 @@ from envlab.cli.serve_model import serve_model_cmd
 from envlab.cli.task import task_app
 from envlab.cli.tour_cmd import tour_cmd
 from envlab.cli.train_cmd import train_cmd
-from envlab.cli.vet_cmds import arena_cmd, vet_cmd
+from envlab.cli.vet_cmds import vet_cmd
 
 if TYPE_CHECKING:
     from envlab.core.registry import Registry

@@ -45,6 +45,22 @@ TasksOption = Annotated[
 ]
 SamplesOption = Annotated[int, typer.Option("--samples", "-k", help="Samples per task (a group).")]
 ConcurrencyOption = Annotated[int, typer.Option("--concurrency", "-c", help="Episodes in flight.")]
+BackendOption = Annotated[
+    str,
+    typer.Option(
+        "--backend",
+        metavar="local|ray",
+        help="Where episodes run: this process, or Ray actors (docs/ray.md).",
+    ),
+]
+AddressOption = Annotated[
+    str | None,
+    typer.Option(
+        "--address",
+        metavar="ADDR",
+        help="Ray cluster of --backend ray: auto, ray://HOST:10001 (default: a local one).",
+    ),
+]
 SeedOption = Annotated[int, typer.Option("--seed", help="Seed of the task set and episodes.")]
 SplitOption = Annotated[str, typer.Option("--split", help="Task split.")]
 SandboxOption = Annotated[
@@ -111,17 +127,6 @@ def check_sandbox(sandbox: str | None) -> None:
 
     if sandbox is not None and sandbox not in SANDBOXES:
         raise ConfigError(f"--sandbox must be one of {', '.join(SANDBOXES)}, got {sandbox!r}")
-
-
-def check_backend(backend: str, address: str | None) -> None:
-    """``--backend``/``--address`` checked before anything runs (Ray is not imported here)."""
-    from envlab.core.errors import ConfigError
-    from envlab.rollout.runner import BACKENDS
-
-    if backend not in BACKENDS:
-        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    if address is not None and backend != "ray":
-        raise ConfigError("--address names a Ray cluster; it needs --backend ray")
 
 
 def open_env(name: str, config: dict[str, Any], sandbox: str | None = None) -> EnvSpec:

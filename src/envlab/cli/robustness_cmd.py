@@ -172,13 +172,17 @@ async def measure_robustness(
     config: EpisodeConfig | None = None,
     confidence: float = 0.95,
     progress: bool = False,
+    backend: str = "local",
+    address: str | None = None,
 ) -> Robustness:
-    """Run the clean and each perturbed run (resumable), measure, write ``robustness.json``
-    and the charts. ``factory`` is the caller's to close."""
+    """Run the clean and each perturbed run (resumable; each on ``backend``, one Ray
+    connection for all), measure, write ``robustness.json`` and the charts. ``factory`` is the
+    caller's to close."""
     from envlab.cli.evaluate import evaluate
     from envlab.cli.progress import RunProgress
     from envlab.envs.perturb import perturb
     from envlab.report.robustness import Robustness
+    from envlab.rollout.driver import backend_session
 
     names = run_names(perturbations)
     check_out_dir(out_dir, names, resume)
@@ -187,14 +191,15 @@ async def measure_robustness(
         *((n, perturb(spec, [p])) for n, p in zip(names, perturbations, strict=True)),
     ]
     sides: dict[str, RunSide] = {}
-    for name, s in specs:
-        with (bar := RunProgress(description=name, enabled=progress)):
-            ev = await evaluate(
-                s, factory, tasks, out_dir=out_dir / name, samples=samples, seed=seed,
-                concurrency=concurrency, resume=resume, config=config, observer=bar,
-                command=["envlab", *sys.argv[1:]],
-            )  # fmt: skip
-        sides[name] = run_side(ev)
+    with backend_session(backend, address, concurrency):
+        for name, s in specs:
+            with (bar := RunProgress(description=name, enabled=progress)):
+                ev = await evaluate(
+                    s, factory, tasks, out_dir=out_dir / name, samples=samples, seed=seed,
+                    concurrency=concurrency, resume=resume, config=config, observer=bar,
+                    command=["envlab", *sys.argv[1:]], backend=backend, ray_address=address,
+                )  # fmt: skip
+            sides[name] = run_side(ev)
     clean = sides[CLEAN]
     results = [
         paired_drop(n, p, clean, sides[n], confidence)
@@ -325,6 +330,8 @@ def robustness_cmd(
     max_retries: O.MaxRetriesOption = 2,
     confidence: O.ConfidenceOption = 0.95,
     model_failures: ModelFailuresOption = "agent",
+    backend: O.BackendOption = "local",
+    address: O.AddressOption = None,
     as_json: O.JsonOption = False,
     no_progress: O.NoProgressOption = False,
 ) -> None:
@@ -339,9 +346,11 @@ def robustness_cmd(
     from envlab.cli.run_dirs import default_out_dir
     from envlab.core.errors import ConfigError
     from envlab.rollout import EpisodeConfig
+    from envlab.rollout.driver import check_backend
 
     if tasks is not None and tasks < 1:
         raise ConfigError(f"--tasks must be >= 1, got {tasks}")
+    check_backend(backend, address)
     if not 0 < confidence < 1:
         raise ConfigError(f"--confidence must lie in (0, 1), got {confidence}")
     perturbations = parse_each(perturb_text)
@@ -361,6 +370,7 @@ def robustness_cmd(
                 spec, factory, task_set, perturbations, out_dir, split=split, samples=samples,
                 concurrency=concurrency, seed=seed, resume=resume, config=config,
                 confidence=confidence, progress=not no_progress and not as_json,
+                backend=backend, address=address,
             )  # fmt: skip
         finally:
             await factory.aclose()

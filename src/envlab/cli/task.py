@@ -77,6 +77,8 @@ def run_cmd(
     ] = None,
     sandbox: Annotated[str | None, _SANDBOX] = None,
     model_failures: ModelFailuresOption = "agent",
+    backend: O.BackendOption = "local",
+    address: O.AddressOption = None,
     as_json: O.JsonOption = False,
 ) -> None:
     """Run AGENT on the task folder(s) at PATH; print reward and status per sample."""
@@ -88,9 +90,11 @@ def run_cmd(
     )
     from envlab.cli.task_runs import run_samples
     from envlab.core.errors import ConfigError
+    from envlab.rollout.driver import check_backend
 
     if samples < 1 or concurrency < 1:
         raise ConfigError("--samples and --concurrency must be >= 1")
+    check_backend(backend, address)
     overrides = limit_overrides(max_steps, step_timeout, episode_timeout, grade_timeout)
     spec = open_env(str(path), {}, sandbox)
 
@@ -102,6 +106,7 @@ def run_cmd(
                     spec, [(factory, samples)], list(spec.tasks()), concurrency=concurrency,
                     max_retries=max_retries, overrides=overrides, progress=bar,
                     model_failures=check_model_failures(model_failures),
+                    backend=backend, address=address,
                 )  # fmt: skip
             return rows
         finally:
@@ -141,18 +146,27 @@ def check_cmd(
     noop_runs: Annotated[int, typer.Option("--noop-runs", help="No-op runs per task.")] = 1,
     concurrency: O.ConcurrencyOption = 4,
     sandbox: Annotated[str | None, _SANDBOX] = None,
+    backend: O.BackendOption = "local",
+    address: O.AddressOption = None,
     as_json: O.JsonOption = False,
 ) -> None:
     """Check task folders: the oracle must score 1 on every run, the no-op agent 0."""
     from envlab.cli.task_runs import check
     from envlab.core.errors import ConfigError
+    from envlab.rollout.driver import backend_session
 
     if runs < 1 or noop_runs < 1 or concurrency < 1:
         raise ConfigError("--runs, --noop-runs and --concurrency must be >= 1")
 
     async def run() -> list[CheckRow]:
-        with _bar(not as_json, pass_rate=False) as bar:
-            return await check(path, runs, noop_runs, concurrency, sandbox=sandbox, progress=bar)
+        with (
+            _bar(not as_json, pass_rate=False) as bar,
+            backend_session(backend, address, concurrency),
+        ):
+            return await check(
+                path, runs, noop_runs, concurrency, sandbox=sandbox, progress=bar,
+                backend=backend, address=address,
+            )  # fmt: skip
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # FROM notes are shown per task

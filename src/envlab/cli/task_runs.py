@@ -97,9 +97,12 @@ async def run_samples(
     overrides: Limits | None = None,
     progress: RunProgress | None = None,
     model_failures: str = "agent",
+    backend: str = "local",
+    address: str | None = None,
 ) -> list[list[EpisodeRow]]:
     """For each ``(agent, samples)`` of ``runs``: that many samples of every task, all in one
-    plan through the driver. One list of rows per entry of ``runs``, in plan order."""
+    plan through the driver (on ``backend``). One list of rows per entry of ``runs``, in plan
+    order."""
     from envlab.core import Limits
     from envlab.rollout import EpisodeConfig, PlannedEpisode, episode_ids, run_episodes
 
@@ -123,6 +126,8 @@ async def run_samples(
         config=config,
         concurrency=concurrency,
         on_trajectory=None if progress is None else progress.trajectory,
+        backend=backend,
+        address=address,
     )
     rows = [EpisodeRow.of(t) for t in trajs]
     out_rows, start = [], 0
@@ -141,9 +146,12 @@ async def check(
     *,
     sandbox: str | None = None,
     progress: RunProgress | None = None,
+    backend: str = "local",
+    address: str | None = None,
 ) -> list[CheckRow]:
     """The oracle ``runs`` times and the no-op agent ``noop_runs`` times on every task folder
-    under ``path``; a row per task says whether it keeps the contract."""
+    under ``path`` (its episodes on ``backend``); a row per task says whether it keeps the
+    contract."""
     from envlab.envs.taskfolder import find_task_folders
 
     spec = open_env(str(path), {}, sandbox)
@@ -153,6 +161,7 @@ async def check(
         oracle_rows, noop_rows = await run_samples(
             spec, [(oracle, runs), (noop, noop_runs)], tasks,
             concurrency=concurrency, max_retries=max_retries, progress=progress,
+            backend=backend, address=address,
         )  # fmt: skip
     finally:
         await oracle.aclose()
@@ -162,12 +171,17 @@ async def check(
         await _check_row(folder, oracle_rows, noop_rows, images)
         for folder in find_task_folders(path)
     ]
-    await _suggest_shared(path, rows, sandbox, concurrency)
+    await _suggest_shared(path, rows, sandbox, concurrency, backend, address)
     return rows
 
 
 async def _suggest_shared(
-    path: Path, rows: list[CheckRow], sandbox: str | None, concurrency: int
+    path: Path,
+    rows: list[CheckRow],
+    sandbox: str | None,
+    concurrency: int,
+    backend: str,
+    address: str | None,
 ) -> None:
     """Where the oracle failed graded ``separate``, run it once graded ``shared``: if it then
     passes, the task's tests need the agent's system state, and the row says to declare so."""
@@ -179,7 +193,9 @@ async def _suggest_shared(
     tasks = [t for t in spec.tasks() if t.id in {r.task_id for r in failed}]
     oracle = open_agent("oracle", {})
     try:
-        (shared,) = await run_samples(spec, [(oracle, 1)], tasks, concurrency=concurrency)
+        (shared,) = await run_samples(
+            spec, [(oracle, 1)], tasks, concurrency=concurrency, backend=backend, address=address
+        )
     finally:
         await oracle.aclose()
     passed = {r.task_id for r in shared if r.status == "ok" and r.reward == 1.0}

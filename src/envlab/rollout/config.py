@@ -33,12 +33,19 @@ class EpisodeConfig:
     overloaded)."""
     max_retries: int = 2
     retry_backoff: float = 0.05
+    max_worker_losses: int = 2
+    """How many times an episode whose Ray worker died (killed, node lost) is started again on
+    a fresh one. A lost try produced no trajectory, so it is not a retry of the episode: this
+    budget is apart from ``max_retries`` (vet's probes, which are never retried, survive a lost
+    worker too)."""
     model_failures: ModelFailures = "agent"
     """Whose failure the agent's model endpoint failing is (``core.clock.ModelFailures``): the
     agent's (scored 0, counted as model failures) unless a run that drives its own trusted
     endpoint asks for ``exclude``; the run records it and every report says so."""
 
     def __post_init__(self) -> None:
+        if self.max_worker_losses < 0:
+            raise ConfigError(f"max_worker_losses must be >= 0, got {self.max_worker_losses}")
         if self.model_failures not in ("agent", "exclude"):
             raise ConfigError(
                 f"model_failures must be 'agent' or 'exclude', got {self.model_failures!r}"

@@ -1,5 +1,6 @@
-"""The one episode driver: a plan of episodes in, trajectories out. ``eval``, ``vet`` and
-``task run|check`` all run their episodes here."""
+"""The one episode driver: a plan of episodes in, trajectories out. ``eval``, ``vet``,
+``robustness`` and ``task run|check`` all run their episodes here, in this process
+(``backend="local"``) or on Ray actors (``backend="ray"``, ``rollout.ray_backend``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,36 @@ from typing import Any
 from envlab.core import AgentFactory, ConfigError, EnvSpec, Status, Task, Trajectory
 from envlab.rollout.config import EpisodeConfig, EpisodeHooks
 from envlab.rollout.episode import Attempt
+
+BACKENDS = ("local", "ray")
+"""Where a plan's episodes run: asyncio tasks of this process, or Ray actors."""
+
+
+def check_backend(backend: str, address: str | None) -> None:
+    """``--backend``/``--address`` checked before anything runs (Ray is not imported here)."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if address is not None and backend != "ray":
+        raise ConfigError("--address names a Ray cluster; it needs --backend ray")
+
+
+@contextlib.contextmanager
+def backend_session(backend: str, address: str | None, num_cpus: int) -> Iterator[None]:
+    """One connection to Ray for a whole command (``vet`` runs several plans, ``robustness``
+    one per perturbation): joined or started here, ended here if this call started it, so
+    each plan inside reuses it instead of paying Ray's start-up again. Local: nothing."""
+    check_backend(backend, address)
+    if backend != "ray":
+        yield
+        return
+    from envlab.rollout import ray_backend
+
+    started = ray_backend.connect(address, num_cpus)
+    try:
+        yield
+    finally:
+        if started:
+            ray_backend.import_ray().shutdown()
 
 
 def group_id(env_id: str, env_hash: str, task_id: str, run_seed: int) -> str:
@@ -112,16 +143,27 @@ async def run_episodes(
     concurrency: int = 8,
     on_trajectory: Callable[[PlannedEpisode, Trajectory], None] | None = None,
     collect: bool = True,
+    backend: str = "local",
+    address: str | None = None,
 ) -> list[Trajectory]:
     """Run ``episodes`` on ``concurrency`` workers; ``on_trajectory`` sees each as it ends.
 
     Returns the trajectories in plan order; with ``collect=False``, none (a caller that keeps
     what it needs in ``on_trajectory``, as ``rollout`` does, holds no run in memory). If
     ``on_trajectory`` raises (a full disk), the other episodes are cancelled, close what they
-    hold, and the error propagates."""
+    hold, and the error propagates. ``backend="ray"``: the same, on ``concurrency`` Ray actors
+    (at ``address``, else the connection this process has, else a local instance)."""
     if concurrency < 1:
         raise ConfigError(f"--concurrency must be >= 1, got {concurrency}")
+    check_backend(backend, address)
     plan = list(episodes)
+    if backend == "ray":  # Ray is imported only here: a local run never loads it
+        from envlab.rollout.ray_backend import run_episodes_on_ray
+
+        return await run_episodes_on_ray(
+            spec, plan, config=config, concurrency=concurrency, on_trajectory=on_trajectory,
+            address=address, collect=collect,
+        )  # fmt: skip
     await check_privileges(plan)
     # what the episodes share (images, workspaces) is built now, never inside a reset limit
     await spec.prepare(list({p.task.id: p.task for p in plan}.values()))

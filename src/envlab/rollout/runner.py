@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -23,6 +22,7 @@ from envlab.core import (
 from envlab.rollout.config import EpisodeConfig
 from envlab.rollout.driver import (
     PlannedEpisode,
+    check_backend,
     episode_ids_in_group,
     frozen_heap,
     group_id,
@@ -37,7 +37,6 @@ from envlab.runs import (
     write_run_info,
 )
 
-BACKENDS = ("local", "ray")
 """Where a run's episodes run: this process (asyncio tasks) or Ray actors."""
 
 
@@ -92,10 +91,7 @@ async def rollout(
         raise ConfigError(f"--concurrency must be >= 1, got {concurrency}")
     if len(tasks) == 0:
         raise ConfigError("the task set is empty; ask for at least one task (--tasks N)")
-    if backend not in BACKENDS:
-        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    if ray_address is not None and backend != "ray":
-        raise ConfigError("--address names a Ray cluster; it needs --backend ray")
+    check_backend(backend, ray_address)
     cfg = config or EpisodeConfig()
     run_dir = Path(out_dir)
     info = _run_info(spec, agent.spec, tasks, seed, samples, concurrency, cfg, command)
@@ -123,7 +119,10 @@ async def rollout(
 
             t0 = time.perf_counter()
             with store:
-                await _run_plan(spec, todo, cfg, concurrency, keep, backend, ray_address)
+                await run_episodes(
+                    spec, todo, config=cfg, concurrency=concurrency, on_trajectory=keep,
+                    collect=False, backend=backend, address=ray_address,
+                )  # fmt: skip
         finally:
             store.close()
     return RolloutResult(
@@ -135,28 +134,6 @@ async def rollout(
         elapsed_s=time.perf_counter() - t0,
         notes=notes,
     )
-
-
-async def _run_plan(
-    spec: EnvSpec,
-    todo: list[PlannedEpisode],
-    cfg: EpisodeConfig,
-    concurrency: int,
-    keep: Callable[[PlannedEpisode, Trajectory], None],
-    backend: str,
-    ray_address: str | None,
-) -> None:
-    if backend == "ray":  # Ray is imported only here: a local run never loads it
-        from envlab.rollout.ray_backend import run_episodes_on_ray
-
-        await run_episodes_on_ray(
-            spec, todo, config=cfg, concurrency=concurrency, on_trajectory=keep,
-            address=ray_address,
-        )  # fmt: skip
-    else:
-        await run_episodes(
-            spec, todo, config=cfg, concurrency=concurrency, on_trajectory=keep, collect=False
-        )
 
 
 def _plan(

@@ -113,10 +113,21 @@ async def folder_context(task: Task) -> FolderContext:
 
 
 def oracle_workspace(ev: C.TaskEvidence) -> Path | None:
+    """The copy of the oracle's final workspace, the evidence of the second phase. One that
+    was written but is not here (``--backend ray``: the oracle ran on another host) stops vet
+    rather than leave the evidence out quietly."""
     for t in ev.by_probe.get("oracle", []):
-        snap = t.info.get("after_grade", {}).get("workspace_snapshot")
+        after = t.info.get("after_grade", {})
+        snap = after.get("workspace_snapshot")
         if snap and Path(snap).is_dir():
             return Path(snap)
+        if snap:
+            raise ConfigError(
+                f"task {ev.task.id}: the oracle's workspace copy {snap} was written on host "
+                f"{after.get('host', '?')} and is not on this one. With --backend ray on "
+                "several hosts, give --out a directory every Ray node shares (NFS), or vet "
+                "task folders with --backend local"
+            )
     return None
 
 

@@ -81,8 +81,9 @@ class TamperThenOracleAgent(Agent):
     name = "tamper_then_oracle"
     privileged = True
 
-    def __init__(self, before: Path, after: Path, label: str) -> None:
-        self.before, self.after, self.label = before.read_text(), after.read_text(), label
+    def __init__(self, before: str, after: str, label: str) -> None:
+        """``before`` and ``after``: the two scripts' text (read where the probe is planned)."""
+        self.before, self.after, self.label = before, after, label
         self._queue: list[Action] = []
 
     @property
@@ -138,13 +139,15 @@ def _script(path: Path, probe: Probe, body: str) -> Path:
 
 
 def probe_agent(probe: Probe, task: Task, probe_dir: Path) -> AgentFactory:
-    """The agents that play ``probe``; its scripts are saved under ``probe_dir/TASK/``."""
+    """The agents that play ``probe``; its scripts are saved under ``probe_dir/TASK/`` (for
+    the user to read and rerun) and travel in the factory as text (a Ray worker's host need
+    not see that directory)."""
     d = probe_dir / safe_name(task.id)
     script = _script(d / f"{probe.name}.sh", probe, probe.script)
     if probe.after_oracle is None:
-        return AgentClass(ShellScriptAgent, script)
+        return AgentClass(ShellScriptAgent, script, text=script.read_text())
     after = _script(d / f"{probe.name}.after-oracle.sh", probe, probe.after_oracle)
-    return AgentClass(TamperThenOracleAgent, script, after, probe.name)
+    return AgentClass(TamperThenOracleAgent, script.read_text(), after.read_text(), probe.name)
 
 
 def probe_episodes(task: Task, probes: list[Probe], probe_dir: Path) -> list[Episode]:

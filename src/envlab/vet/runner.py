@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from envlab.core import (
 )
 from envlab.core.rubric import reward_range_of
 from envlab.rollout import EpisodeHooks, PlannedEpisode, episode_ids, run_episodes
+from envlab.rollout.driver import backend_session
 from envlab.runs import TRAJECTORIES_FILE, VET_FILE, TrajectoryStore, safe_name
 from envlab.vet import checks as C
 from envlab.vet import exposure as X
@@ -62,6 +64,11 @@ class VetConfig:
     concurrency: int = 2
     tasks: int | None = None
     seed: int = 0
+    backend: str = "local"
+    """Where the episodes run (``rollout.driver.BACKENDS``): this process, or Ray actors."""
+    address: str | None = None
+    """The Ray cluster of ``backend="ray"`` (``None``: the connection this process has, or a
+    local instance for the whole vet)."""
 
 
 class VetObserver(Protocol):
@@ -91,7 +98,7 @@ async def vet_environment(
     scan. Raises ``StoreError`` when another vet writes to ``out_dir``."""
     cfg = config or VetConfig()
     t0 = time.perf_counter()
-    out = Path(out_dir)
+    out = Path(out_dir).resolve()  # the same path on every Ray worker of this host
     out.mkdir(parents=True, exist_ok=True)
     tasks = list(spec.tasks(seed=cfg.seed, n=cfg.tasks))
     kind = _kind(spec, tasks)
@@ -99,8 +106,9 @@ async def vet_environment(
     probes: PythonProbes | None = None
     evidence = {t.id: C.TaskEvidence(t, kind) for t in tasks}
     listener = await _Listener.start()
+    run.network_port = listener.port
     try:
-        with run.store:
+        with run.store, backend_session(cfg.backend, cfg.address, cfg.concurrency):
             if kind == "taskfolder":
                 await _vet_folders(run, tasks, evidence, listener.port)
             else:
@@ -245,15 +253,18 @@ class _Run:
         self.n_episodes = self.n_infra = 0
         self._groups: dict[str, int] = {}
         self._plain = EpisodeHooks(after_reset=_state)
+        self.network_port: int | None = None
+        """The port of the network probe's target on the host's loopback (``_Listener``)."""
 
     def planned(self, ep: Episode) -> PlannedEpisode:
         """``ep`` for the driver: the samples of one probe on one task form a group."""
         run_seed = self.cfg.seed + self._groups.setdefault(ep.probe, len(self._groups))
-        hooks = (
-            EpisodeHooks(after_reset=_state, after_grade=self._regrader(ep.task))
-            if ep.regrade
-            else self._plain
-        )
+        if ep.regrade:
+            hooks = EpisodeHooks(after_reset=_state, after_grade=self._regrader(ep.task))
+        elif ep.probe == "network" and self.network_port is not None:
+            hooks = _network_hooks(self.network_port)
+        else:
+            hooks = self._plain
         return PlannedEpisode(
             task=ep.task,
             sample_index=ep.sample,
@@ -275,6 +286,8 @@ class _Run:
             [self.planned(ep) for ep in episodes],
             concurrency=self.cfg.concurrency,
             on_trajectory=self._finished,
+            backend=self.cfg.backend,
+            address=self.cfg.address,
         )
         for ep, t in zip(episodes, trajectories, strict=True):
             evidence[ep.task.id].by_probe.setdefault(ep.probe, []).append(t)
@@ -300,6 +313,7 @@ class _Run:
             try:  # a copy that fails costs the second phase its evidence, not the re-grades
                 if await env.export_workspace(dest) is not None:
                     info["workspace_snapshot"] = str(dest)
+                    info["host"] = socket.gethostname()  # a Ray worker's may be another
             except Exception as ex:
                 info["snapshot_error"] = f"{type(ex).__name__}: {ex}"[:500]
             again: list[float | None] = []
@@ -319,6 +333,31 @@ class _Run:
 
 async def _state(env: Environment) -> dict[str, Any]:
     return env.state()
+
+
+def _network_hooks(port: int) -> EpisodeHooks:
+    """The network probe's hooks: on a host where nothing listens on ``port`` (a Ray worker's
+    other than the driver's, whose ``_Listener`` has it) a socket listens there from reset to
+    grade, so a sandbox that reaches its host's loopback connects on every host alike (the
+    kernel completes the handshake; nothing needs to accept)."""
+    held: list[socket.socket] = []
+
+    async def listen(env: Environment) -> dict[str, Any]:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen(16)
+            held.append(sock)
+        except OSError:  # in use: this host's listener is the driver's
+            sock.close()
+        return env.state()
+
+    async def release(env: Environment, reward: Reward | None) -> dict[str, Any]:
+        while held:
+            held.pop().close()
+        return {}
+
+    return EpisodeHooks(after_reset=listen, after_grade=release)
 
 
 class _Listener:
