@@ -124,6 +124,8 @@ def train_cmd(
         bool, typer.Option("--resume", help="Continue a killed run from its last checkpoint.")
     ] = False,
     model_failures: ModelFailuresOption = "agent",
+    backend: O.BackendOption = "local",
+    address: O.AddressOption = None,
     as_json: O.JsonOption = False,
     no_progress: O.NoProgressOption = False,
 ) -> None:
@@ -133,6 +135,7 @@ def train_cmd(
     from envlab.cli.train_progress import TrainProgress
     from envlab.core.errors import ConfigError
     from envlab.rollout import EpisodeConfig
+    from envlab.rollout.driver import backend_session
     from envlab.runs.metrics import HELDOUT_FILE, totals
     from envlab.train.loop import TrainConfig, train
 
@@ -164,6 +167,7 @@ def train_cmd(
             result = await train(
                 spec, tasks, learner, out_dir=run_dir, config=cfg, episode_config=episode_cfg,
                 resume=resume, observer=progress, command=["envlab", *sys.argv[1:]],
+                backend=backend, address=address,
             )  # fmt: skip
         if eval_tasks == 0:
             return result, None
@@ -172,13 +176,14 @@ def train_cmd(
         try:
             return result, await evaluate_heldout(
                 spec, held, contenders, run_dir / "eval", split=eval_split, seed=seed,
-                concurrency=concurrency, config=episode_cfg,
+                concurrency=concurrency, config=episode_cfg, backend=backend, address=address,
             )  # fmt: skip
         finally:
             for c in contenders:
                 await c.factory.aclose()
 
-    result, heldout = run_async(run())
+    with backend_session(backend, address, concurrency):  # Ray once: training, held-out
+        result, heldout = run_async(run())
     if heldout is not None:
         (result.run_dir / HELDOUT_FILE).write_text(heldout.model_dump_json(indent=2))
     summary = totals(result.metrics)

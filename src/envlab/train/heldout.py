@@ -75,13 +75,17 @@ async def evaluate_heldout(
     concurrency: int = 32,
     confidence: float = 0.95,
     config: EpisodeConfig | None = None,
+    backend: str = "local",
+    address: str | None = None,
 ) -> Heldout:
-    """Run each contender once per task into ``out_dir/<name>`` (resumable), then compare."""
+    """Run each contender once per task into ``out_dir/<name>`` (resumable; on ``backend``),
+    then compare."""
     runs = {}
     for c in contenders:
         result = await rollout(
             spec, c.factory, tasks, out_dir=out_dir / c.name, seed=seed, resume=True,
             concurrency=concurrency, config=config, command=["envlab", "train", "(held-out)"],
+            backend=backend, ray_address=address,
         )  # fmt: skip
         runs[c.name] = load_run(result.run_dir)
     best = next((c.name for c in contenders if c.best), None)

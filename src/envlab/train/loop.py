@@ -45,10 +45,10 @@ from envlab.core import (
 from envlab.rollout.config import EpisodeConfig
 from envlab.rollout.driver import (
     PlannedEpisode,
+    check_backend,
     episode_ids_in_group,
     frozen_heap,
     group_id,
-    run_episode,
 )
 from envlab.runs import TRAJECTORIES_FILE, TrajectoryStore
 from envlab.runs.metrics import METRICS_FILE, PLOT_FILE, StepMetrics, append_metrics, read_metrics
@@ -56,6 +56,7 @@ from envlab.train.checkpoint import LoopState, latest_checkpoint, save_checkpoin
 from envlab.train.config import GROUP_KEY, TrainConfig, TrainObserver, TrainResult, task_for_group
 from envlab.train.learner import POLICY_VERSION, Group, Learner
 from envlab.train.metrics import plot_rewards
+from envlab.train.rollouts import Rollouts
 from envlab.train.run_files import prepare_run
 
 
@@ -70,9 +71,13 @@ async def train(
     resume: bool = False,
     observer: TrainObserver | None = None,
     command: list[str] | None = None,
+    backend: str = "local",
+    address: str | None = None,
 ) -> TrainResult:
-    """Train ``learner`` on ``tasks`` of ``spec`` into ``out_dir`` (see the module's doc)."""
+    """Train ``learner`` on ``tasks`` of ``spec`` into ``out_dir`` (see the module's doc);
+    ``backend="ray"``: the episodes on Ray actors (``train.rollouts``), the learner here."""
     cfg = config or TrainConfig()
+    check_backend(backend, address)
     if len(tasks) == 0:
         raise ConfigError("the training task set is empty; ask for at least one task")
     if not isinstance(learner, Learner):
@@ -91,9 +96,14 @@ async def train(
         if observer is not None:
             observer.started(cfg, state)
         if state.step < cfg.steps:
+            keep = cfg.staleness_bound + 2  # the snapshots a group in flight may still act with
+            where = Rollouts(spec, episode_config, cfg.concurrency, backend=backend,
+                             address=address, keep_versions=keep)  # fmt: skip
             with store, frozen_heap():
-                await _Loop(spec, tasks, learner, cfg, episode_config, store, state, observer,
-                            run_dir).run()  # fmt: skip
+                async with where:
+                    await where.prepare(list(tasks))
+                    await _Loop(spec, tasks, learner, cfg, where, store, state, observer,
+                                run_dir).run()  # fmt: skip
     finally:
         store.close()
     metrics = read_metrics(run_dir / METRICS_FILE)
@@ -134,14 +144,14 @@ class _Loop:
         tasks: TaskSet,
         learner: Learner,
         cfg: TrainConfig,
-        episode_config: EpisodeConfig | None,
+        rollouts: Rollouts,
         store: TrajectoryStore,
         state: LoopState,
         observer: TrainObserver | None,
         run_dir: Path,
     ) -> None:
         self.spec, self.tasks, self.learner, self.cfg = spec, list(tasks), learner, cfg
-        self.episode_config, self.store, self.state = episode_config, store, state
+        self.rollouts, self.store, self.state = rollouts, store, state
         self.observer, self.run_dir = observer, run_dir
         self.env_hash = spec.content_hash()
         self.todo: deque[int] = deque(state.pending)
@@ -149,7 +159,6 @@ class _Loop:
         self.waiting = 0  # groups started and not yet learned from or dropped
         self.changed = asyncio.Condition()
         self.done: asyncio.Queue[_Done | BaseException] = asyncio.Queue()
-        self.slots = asyncio.Semaphore(cfg.concurrency)
         self.policy = self._snapshot()
         self.t0 = time.perf_counter()
         self.saved_at = self.t0
@@ -170,6 +179,7 @@ class _Loop:
                 f"the learner's policy {factory.spec.name!r} is privileged (it reads hidden "
                 "answers): training on it would learn from the answers, not the reward"
             )
+        self.rollouts.ship(factory)
         return version, factory
 
     async def run(self) -> None:
@@ -227,10 +237,7 @@ class _Loop:
             factory,
             info={POLICY_VERSION: version, GROUP_KEY: index},
         )
-        async with self.slots:
-            traj = await run_episode(
-                self.spec, planned, config=self.episode_config, env_hash=self.env_hash
-            )
+        traj = await self.rollouts.run(planned)
         self.state.episodes += 1
         if self.observer is not None:
             self.observer.episode(traj)
