@@ -128,7 +128,10 @@ async def test_a_killed_worker_loses_and_duplicates_nothing(tmp_path: Path) -> N
     assert (tmp_path / "kill-0").exists() and r.new_episodes == 4
 
 
-async def test_a_worker_lost_on_every_try_is_one_infra_error(tmp_path: Path) -> None:
+async def test_an_agent_that_kills_its_worker_on_every_try_is_scored_0(tmp_path: Path) -> None:
+    """The attack: an agent about to fail kills the process it runs in, hoping the lost worker
+    is taken for the cluster's failure and the episode left out. The node is alive, so the
+    deaths follow the episode: it is recorded once, as the agent's failure, scored 0."""
     spec = load_env("arith")
     tasks = spec.tasks(n=2)
     victim = tasks[0].id
@@ -142,9 +145,21 @@ async def test_a_worker_lost_on_every_try_is_one_infra_error(tmp_path: Path) -> 
     trajs = {t.task_id: t for t in TrajectoryStore(tmp_path / "run" / "trajectories.jsonl").load()}
     assert len(trajs) == 2
     lost = trajs[victim]
-    assert lost.status.value == "infra_error" and lost.reward is None and lost.attempts == 2
+    assert lost.status.value == "agent_error" and lost.reward == 0.0 and lost.scored
+    assert lost.attempts == 2 and len(lost.info["ray_workers_lost"]) == 2
     assert lost.error is not None and "died on each of its 2 tries" in lost.error.message
     assert trajs[tasks[1].id].status.value == "ok"  # the run went on
+
+
+def test_a_lost_node_is_the_machinerys() -> None:
+    from ray import exceptions as exc
+
+    from envlab.rollout.ray_backend import _cluster_loss
+
+    assert _cluster_loss(exc.NodeDiedError("node 1 died"), exc)
+    assert _cluster_loss(exc.OwnerDiedError("00" * 28, "", ""), exc)
+    assert not _cluster_loss(exc.ActorDiedError(), exc)  # the worker process, node unknown
+    assert not _cluster_loss(exc.WorkerCrashedError(), exc)
 
 
 class Interrupted(Exception):

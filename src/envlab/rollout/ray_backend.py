@@ -175,6 +175,7 @@ class RayPool:
         episode = (p.task, p.sample_index, p.ids, p.max_retries, p.hooks, p.info)
         blob = shipped(episode, f"episode {p.ids[0]} (its task, hooks and info)")
         lost: list[str] = []
+        by_machinery = True  # every loss so far was the cluster's (a node, an actor unstarted)
         while True:
             try:
                 data = await self._call(slot, p.agent, blob)
@@ -184,9 +185,10 @@ class RayPool:
                 raise (cause if isinstance(cause, Exception) else e) from None
             except exc.RayError as e:  # the worker, its node or its objects are gone
                 lost.append(f"{type(e).__name__}: {_headline(e)}")
+                by_machinery = by_machinery and _cluster_loss(e, exc)
                 self._lose(slot)
                 if len(lost) > self.cfg.max_worker_losses:
-                    return _lost(self.spec, planned, lost, self.env_hash)
+                    return _lost(self.spec, planned, lost, self.env_hash, by_machinery)
                 await asyncio.sleep(self.cfg.retry_backoff * 2 ** (len(lost) - 1))
         traj = Trajectory.from_json(data)
         if lost:
@@ -282,27 +284,57 @@ async def _drive(
     return [t for t in results if t is not None]
 
 
-def _lost(spec: EnvSpec, planned: PlannedEpisode, lost: list[str], env_hash: str) -> Trajectory:
-    """The record of an episode whose every try lost its Ray worker: ``infra_error``."""
+def _cluster_loss(e: BaseException, exc: Any) -> bool:
+    """Whether Ray lost the worker for a reason outside the episode: its node died or was
+    preempted, the actor never started or failed to start (its node lacks envlab), its owner
+    is gone. Not so: the worker process itself died while it ran the episode (killed, out of
+    memory, a crash), which the episode's own code (the agent's harness, the environment) can
+    cause."""
+    if isinstance(e, exc.NodeDiedError | exc.LocalRayletDiedError | exc.OwnerDiedError):
+        return True
+    if getattr(e, "preempted", False) or getattr(e, "actor_init_failed", False):
+        return True
+    text = str(e).lower()
+    return "node has died" in text or "node died" in text or "never ran" in text
+
+
+def _lost(
+    spec: EnvSpec, planned: PlannedEpisode, lost: list[str], env_hash: str, by_machinery: bool
+) -> Trajectory:
+    """The record of an episode whose every try lost its Ray worker. Lost to the cluster (a
+    node, an actor that never started) on every try: ``infra_error``, the machinery's. Its
+    worker *process* dying each time it runs this episode follows the episode, not the
+    cluster: counted as the agent's failure (``agent_error``, reward 0), since an agent able to
+    kill its worker must not escape a failing score that way (``_cluster_loss``)."""
     episode_id, group, seed = planned.ids
-    message = (
-        f"the Ray worker running this episode died on each of its {len(lost)} tries (last: "
-        f"{lost[-1]}). The machinery failed, not the agent; if the episode itself kills its "
-        "worker (memory), run it with --backend local to see the error"
-    )
+    n, last = len(lost), lost[-1]
+    if by_machinery:
+        status, reward, kind = Status.INFRA_ERROR, None, "infra"
+        message = (
+            f"the Ray cluster lost the worker running this episode on each of its {n} tries "
+            f"(last: {last}). The machinery failed, not the agent; --resume runs it again"
+        )
+    else:
+        status, reward, kind = Status.AGENT_ERROR, 0.0, "agent"
+        message = (
+            f"the Ray worker process running this episode died on each of its {n} tries, "
+            f"with its node alive (last: {last}): the episode's own code (the agent's harness "
+            "or memory; or the environment's) kills its worker, so it is scored 0 as the "
+            "agent's failure, never left out. Run it with --backend local to see the error"
+        )
     return Trajectory(
         episode_id=episode_id,
         task_id=planned.task.id,
         group_id=group,
         sample_index=planned.sample_index,
-        reward=None,
-        status=Status.INFRA_ERROR,
+        reward=reward,
+        status=status,
         env_id=spec.name,
         env_hash=env_hash,
         seed=seed,
         agent=planned.agent.spec,
-        attempts=len(lost),
-        error=EpisodeError(kind="infra", phase="engine", message=message),
+        attempts=n,
+        error=EpisodeError(kind=kind, phase="engine", message=message),
         info={**planned.info, "ray_workers_lost": lost},
     )
 
