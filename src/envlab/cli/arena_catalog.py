@@ -11,16 +11,22 @@ failed, is a row with its reason, never left out.
 Each environment is vetted in its own process (:func:`process_vet`), killed with its whole
 process group after ``--env-timeout`` seconds: third-party code runs there (a puzzle generator
 searching for minutes, a loop that never ends, a crash in a C extension), and one environment
-must not hold the arena or take it down. Such an environment is a ``timed_out`` row.
+must not hold the arena or take it down. Such an environment is a ``timed_out`` row. With
+``--backend ray`` the same process runs on a Ray node instead (``cli/arena_ray.py``).
+
+Environments start longest first (:func:`by_cost`), so that the slowest one does not start
+last and hold the arena alone at its end: the cost is what an earlier arena measured
+(``--costs``, :func:`costs_of`), else the load time the catalogue measured, scaled to vet time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -57,6 +63,9 @@ class ArenaEntry(BaseModel):
     findings: list[str] = Field(default_factory=list)
     """One line per task whose verdict is not ok: the task, its verdict and the failing check."""
     vet_dir: str | None = None
+    workers_lost: list[str] = Field(default_factory=list)
+    """``--backend ray``: the Ray workers that died under this environment's vetting (each
+    one a fresh try elsewhere; the machinery's failure, not the environment's)."""
 
 
 class Arena(BaseModel):
@@ -126,6 +135,39 @@ def _write(arena: Arena, path: Path) -> None:
     tmp.replace(path)
 
 
+def costs_of(path: Path) -> dict[str, float]:
+    """The measured cost in seconds of each environment of an earlier arena (``--costs``): a
+    vetted one's vet time, a timed-out one's budget (at least); rows that measured nothing
+    (not loaded, vet failed) are left out."""
+    if not path.is_file():
+        raise ConfigError(f"--costs {path}: no such file; give the arena.json of an earlier arena")
+    try:
+        arena = Arena.model_validate_json(path.read_bytes())
+    except ValueError as e:
+        raise ConfigError(f"--costs {path} is not an arena.json ({e})") from None
+    budget = arena.settings.get("env_timeout_s")
+    out = {}
+    for e in arena.entries:
+        if e.status == "vetted" and e.elapsed_s > 0:
+            out[e.name] = e.elapsed_s
+        elif e.status == "timed_out":
+            out[e.name] = max(e.elapsed_s, float(budget) if isinstance(budget, int | float) else 0)
+    return out
+
+
+def by_cost(found: list[Found], costs: Mapping[str, float]) -> list[Found]:
+    """``found``, the costliest first (ties by name). An environment without a measured cost
+    is estimated from its load time (``Found.seconds``) times the median ratio of vet time to
+    load time of the environments that have both (1 when none has)."""
+    ratios = [costs[f.name] / f.seconds for f in found if f.name in costs and f.seconds > 0]
+    scale = statistics.median(ratios) if ratios else 1.0
+
+    def cost(f: Found) -> float:
+        return costs[f.name] if f.name in costs else f.seconds * scale
+
+    return sorted(found, key=lambda f: (-cost(f), f.name))
+
+
 async def run_catalog(
     sources: list[str],
     out_dir: Path,
@@ -135,9 +177,12 @@ async def run_catalog(
     jobs: int,
     resume: bool,
     progress: object | None = None,
+    costs: Mapping[str, float] | None = None,
 ) -> Arena:
     """Find, then vet every loaded environment not vetted yet (``vet(found, dir)`` returns its
-    ``EnvVet``), ``jobs`` at a time; ``arena.json`` is rewritten after each one."""
+    ``EnvVet``), ``jobs`` at a time, the costliest first (:func:`by_cost`); ``arena.json`` is
+    rewritten after each one. A ``vet`` with a ``workers_lost`` mapping (name -> lost Ray
+    workers, ``arena_ray.RayVet``) has it recorded in each row."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / ARENA_FILE
     arena = _load(path, resume, sources, settings)
@@ -150,7 +195,7 @@ async def run_catalog(
                 ArenaEntry(name=f.name, source=f.source, status="not_loaded", reason=f.reason)
             )
     _write(arena, path)
-    todo = [f for f in found if f.loaded]
+    todo = by_cost([f for f in found if f.loaded], costs or {})
     if progress is not None:
         progress.start(len(todo))  # type: ignore[attr-defined]
     gate = asyncio.Semaphore(jobs)
@@ -158,6 +203,7 @@ async def run_catalog(
     async def one(f: Found) -> None:
         async with gate:
             where = out_dir / "envs" / f.name.replace(":", "--").replace("/", "_")
+            t = time.perf_counter()
             try:
                 rep = await vet(f, where)  # type: ignore[operator]
                 entry = entry_of(f, rep, where)
@@ -166,6 +212,9 @@ async def run_catalog(
             except Exception as e:  # the vetting itself failed: a row saying why
                 why = f"{type(e).__name__}: {str(e).strip()[:400]}"
                 entry = ArenaEntry(name=f.name, source=f.source, status="vet_failed", reason=why)
+            if entry.status != "vetted":  # what it cost before it stopped (--costs reads it)
+                entry.elapsed_s = round(time.perf_counter() - t, 2)
+            entry.workers_lost = list(getattr(vet, "workers_lost", {}).get(f.name, []))
             arena.entries.append(entry)
             arena.wall_s = round(time.perf_counter() - t0, 1)
             _write(arena, path)
@@ -188,20 +237,33 @@ def process_vet(
     from envlab.vet.runner import VET_FILE
 
     async def vet(found: Found, where: Path) -> EnvVet:
-        argv = [sys.executable, "-m", "envlab", "vet", found.name, *vet_args, "--out", str(where),
-                "--json"]  # fmt: skip
+        argv = vet_command(found.name, vet_args, where)
         res = await run_process(argv, timeout=timeout_s, output_limit=_STDERR_LIMIT)
         if res.timed_out:
-            raise VetTimedOut(
-                f"vetting took longer than --env-timeout {timeout_s:g}s and was stopped; give "
-                "it more time (--env-timeout), or fewer tasks (--tasks), or vet it alone"
-            )
+            raise vet_timed_out(timeout_s)
         if res.returncode != 0:
-            tail = res.stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
-            raise RuntimeError(f"envlab vet exited with {res.returncode}: {' | '.join(tail)}")
+            raise vet_exited(res.returncode, res.stderr)
         return EnvVet.model_validate_json((where / VET_FILE).read_bytes())
 
     return vet
+
+
+def vet_command(name: str, vet_args: list[str], where: Path) -> list[str]:
+    """``python -m envlab vet NAME *vet_args --out WHERE --json``, with this interpreter."""
+    return [sys.executable, "-m", "envlab", "vet", name, *vet_args, "--out", str(where), "--json"]
+
+
+def vet_timed_out(timeout_s: float) -> VetTimedOut:
+    return VetTimedOut(
+        f"vetting took longer than --env-timeout {timeout_s:g}s and was stopped; give it more "
+        "time (--env-timeout), or fewer tasks (--tasks), or vet it alone"
+    )
+
+
+def vet_exited(returncode: int, stderr: bytes) -> RuntimeError:
+    """A vetting process that failed: its status (128 + N for signal N) and stderr's end."""
+    tail = stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
+    return RuntimeError(f"envlab vet exited with {returncode}: {' | '.join(tail)}")
 
 
 def reports_of(arena: Arena) -> list[EnvVet]:

@@ -36,6 +36,15 @@ def arena_cmd(
             "--env-timeout", help="Seconds one environment's vetting may take (--catalog)."
         ),
     ] = 300.0,
+    costs: Annotated[
+        Path | None,
+        typer.Option(
+            "--costs",
+            metavar="FILE",
+            help="An earlier arena.json whose measured times order the environments, longest "
+            "first (--catalog; default: their load times).",
+        ),
+    ] = None,
     agent: Annotated[
         str | None,
         typer.Option("--agent", "-a", help="Trainability agent (none: skip; --catalog's default)."),
@@ -66,7 +75,7 @@ def arena_cmd(
         if envs:
             raise ConfigError("give environments or --catalog, not both")
         cfg = _config(samples, oracle_runs, group_size, concurrency, tasks or 8, backend, address)
-        run = CatalogRun(agent or "none", cfg, jobs, resume, env_timeout)
+        run = CatalogRun(agent or "none", cfg, jobs, resume, env_timeout, costs)
         _arena_catalog(catalog, run, out_dir, html, as_json)
         return
     if not envs:
@@ -125,30 +134,36 @@ def _print_ranking(ranking: list[Any]) -> None:
 
 
 class CatalogRun(NamedTuple):
-    """How ``arena --catalog`` vets each environment."""
+    """How ``arena --catalog`` vets each environment, and where: ``cfg.backend`` (``local``: a
+    process here; ``ray``: a Ray task on some node of ``cfg.address``)."""
 
     agent: str
     cfg: Any
     jobs: int
     resume: bool
     env_timeout: float
+    costs: Path | None = None
+    """An earlier ``arena.json`` whose measured costs order the environments."""
 
     def vet_args(self) -> list[str]:
+        """The vet process's own options: its episodes run where it runs (``--backend local``
+        on a Ray node too)."""
         c = self.cfg
         return ["--agent", self.agent, "--samples", str(c.samples), "--oracle-runs",
                 str(c.oracle_runs), "--group-size", str(c.group_size), "--concurrency",
-                str(c.concurrency), "--tasks", str(c.tasks)]  # fmt: skip
+                str(c.concurrency), "--tasks", str(c.tasks), "--backend", "local"]  # fmt: skip
 
 
 def _arena_catalog(
     sources_text: str, run: CatalogRun, out_dir: Path, html: Path | None, as_json: bool
 ) -> None:
-    """``arena --catalog``: find, vet what loaded (``jobs`` at a time, each in a process of
-    its own), rank, write the page."""
+    """``arena --catalog``: find, vet what loaded (``jobs`` at a time, the costliest first,
+    each in a process of its own, here or as a Ray task), rank, write the page."""
     from envlab.adapters.catalog import parse_sources
-    from envlab.cli.arena_catalog import process_vet, reports_of, run_catalog, summary_lines
+    from envlab.cli.arena_catalog import costs_of, reports_of, run_catalog, summary_lines
     from envlab.cli.progress import CatalogProgress
     from envlab.core.errors import ConfigError
+    from envlab.rollout.driver import backend_session
     from envlab.vet.arena import rank, write_html
 
     if run.jobs < 1:
@@ -158,11 +173,15 @@ def _arena_catalog(
     sources = parse_sources(sources_text)
     settings = {"agent": run.agent, "tasks": run.cfg.tasks, "samples": run.cfg.samples,
                 "env_timeout_s": run.env_timeout}  # fmt: skip
-    vet = process_vet(run.vet_args(), run.env_timeout)
-    with CatalogProgress(enabled=not as_json) as bar:
+    costs = costs_of(run.costs) if run.costs is not None else {}
+    cpus = run.jobs * run.cfg.concurrency  # a local Ray instance holds --jobs vettings at once
+    with (
+        backend_session(run.cfg.backend, run.cfg.address, cpus),
+        CatalogProgress(enabled=not as_json) as bar,
+    ):
         arena = run_async(
-            run_catalog(sources, out_dir, vet, settings=settings, jobs=run.jobs,
-                        resume=run.resume, progress=bar)
+            run_catalog(sources, out_dir, _catalog_vet(run), settings=settings, jobs=run.jobs,
+                        resume=run.resume, progress=bar, costs=costs)
         )  # fmt: skip
     reports = reports_of(arena)
     ranking = rank(reports)
@@ -175,3 +194,14 @@ def _arena_catalog(
     for line in summary_lines(arena):
         out().print(line)
     out().print(f"wrote {out_dir / 'arena.json'} and {page}")
+
+
+def _catalog_vet(run: CatalogRun) -> Any:
+    """How one environment is vetted: a process here, or a Ray task (connected already)."""
+    from envlab.cli.arena_catalog import process_vet
+
+    if run.cfg.backend == "ray":
+        from envlab.cli.arena_ray import RayVet
+
+        return RayVet(run.vet_args(), run.env_timeout, cpus=run.cfg.concurrency)
+    return process_vet(run.vet_args(), run.env_timeout)
