@@ -356,20 +356,11 @@ def _left_by(pid: int) -> list[tuple[str, str]]:
     ]
 
 
-IMAGE_SWEEP = (
-    "src/envlab/sandbox/image/sandbox.py: ImageSandbox never calls gc.sweep_once() (only "
-    "BubblewrapSandbox does, bwrap.py:110), so the fresh actor that re-runs the lost episode in "
-    "image mode leaves the killed worker's mount, loop device, cgroup and workspace in place"
-)
-
-
 @pytest.mark.parametrize(
     "mode",
     [
         pytest.param("host", marks=requires_bwrap),
-        pytest.param(
-            "image", marks=[needs_image_host, pytest.mark.xfail(strict=True, reason=IMAGE_SWEEP)]
-        ),
+        pytest.param("image", marks=[needs_image_host]),
     ],
 )
 async def test_a_worker_killed_in_a_sandbox_mid_vet_changes_no_verdict(

@@ -27,6 +27,7 @@ from envlab.core.errors import ConfigError
 from envlab.sandbox.base import ExecRequest, Mount, Sandbox
 from envlab.sandbox.bwrap import BubblewrapSandbox
 from envlab.sandbox.gate import StartGate, seccomp_fd
+from envlab.sandbox.gc import sweep_once
 from envlab.sandbox.image.runner import (
     DEFAULT_PATH,
     command_args,
@@ -109,6 +110,7 @@ class ImageSandbox(Sandbox):
         self._running: set[int] = set()
         self._one_at_a_time = asyncio.Lock()  # an upper layer takes one mount at a time
         self.storage: Storage | None = None
+        sweep_once()  # a dead process's sandboxes (a lost Ray worker's) go first, as in bwrap
         try:
             if upper is None:
                 self.storage = Storage.create(current_owner().boxes() / self.name, limits)
